@@ -1,0 +1,51 @@
+# MOSAIC — build, run and test. `make run` and `make test` install what is missing themselves.
+
+GO        ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
+export PATH := $(dir $(GO)):$(PATH)
+export CGO_ENABLED := 1
+export CGO_CFLAGS := -I/usr/include/lpsolve
+export CGO_LDFLAGS := -llpsolve55 -lcolamd -lm
+MOSAIC_DATA ?= $(abspath ../shared/data)
+export MOSAIC_DATA
+VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+BIN       := bin/mosaic
+
+.PHONY: all deps build run test bench lint profile clean
+
+all: build
+
+# System packages: lp_solve headers and library for the ILP solver (golp).
+deps:
+	@if [ ! -f /usr/include/lpsolve/lp_lib.h ]; then \
+		echo "installing liblpsolve55-dev (lp_solve) ..." >&2; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get install -y -qq liblpsolve55-dev >/dev/null 2>&1 || \
+		{ $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq liblpsolve55-dev; }; \
+	fi
+	@$(GO) mod download
+
+build: deps
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/mosaic
+
+# The main job on built-in defaults: the quick-start experiment.
+run: build
+	./$(BIN) sim
+
+test: deps
+	$(GO) vet ./...
+	$(GO) test -count=1 ./...
+
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./...
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+# Refit the built-in cost-model profile on the shared measurements.
+profile: build
+	./$(BIN) calibrate --data $(MOSAIC_DATA)/profiles/argonne_inference_bench_no_h100.csv \
+		--framework vLLM --gpus 1 --gpu A100-40GB --fit -o sim/catalog/profile.toml
+
+clean:
+	rm -rf bin

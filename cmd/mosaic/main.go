@@ -1,0 +1,106 @@
+// Command mosaic simulates and schedules Mixture-of-Agents LLM inference on a few GPUs.
+//
+// Usage:
+//
+//	mosaic sim [EXP.toml] [--seed N] [--set key=value ...]
+//	mosaic calibrate --data FILE [--framework vLLM] [--gpus 1] [--gpu NAME] [--model M] [--fit] [-o profile.toml]
+//	mosaic version
+//
+// Results go to stdout, logs and progress to stderr. The exit status is 0 on success, 1 when
+// the run fails and 2 on a usage error.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// errUsage marks errors caused by the command line.
+var errUsage = errors.New("usage")
+
+type command struct {
+	name, summary string
+	run           func(args []string, stdout io.Writer) error
+}
+
+var commands = []command{
+	{"sim", "simulate an experiment (default: the built-in quick start)", runSim},
+	{"calibrate", "compare the cost model with measured batch latencies; --fit fits a GPU's coefficients", runCalibrate},
+	{"version", "print the version", func(_ []string, w io.Writer) error { _, err := fmt.Fprintln(w, "mosaic", version); return err }},
+}
+
+func main() {
+	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stderr)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			err := c.run(args[1:], stdout)
+			switch {
+			case err == nil:
+				return 0
+			case errors.Is(err, flag.ErrHelp):
+				return 0
+			case errors.Is(err, errUsage):
+				fmt.Fprintf(stderr, "mosaic %s: %v\n", c.name, err)
+				return 2
+			default:
+				fmt.Fprintf(stderr, "mosaic %s: %v\n", c.name, err)
+				return 1
+			}
+		}
+	}
+	fmt.Fprintf(stderr, "mosaic: unknown command %q\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: mosaic COMMAND [arguments]\n\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'mosaic COMMAND -h' for a command's flags.")
+}
+
+// parseInterspersed parses flags that may come before or after positional arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// multiFlag collects a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }

@@ -1,0 +1,96 @@
+package experiments
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/mosaic-sched/mosaic/sim"
+)
+
+// BatchReport is the outcome of a single-model batch run.
+type BatchReport struct {
+	Experiment string
+	GPU        string
+	Model      string
+	KVTokens   int
+	Result     sim.BatchResult
+}
+
+// RunBatch simulates the resolved batch workload: requests drawn from the workload's
+// distributions with the experiment's seed, served by one engine.
+func (r *Resolved) RunBatch() (*BatchReport, error) {
+	b := r.Batch
+	if b == nil {
+		return nil, fmt.Errorf("%s: not a batch workload", r.File())
+	}
+	lengths := sim.Stream(r.Seed, "lengths")
+	arrivals := sim.Stream(r.Seed, "arrivals")
+	reqs := make([]sim.Arrival, b.Requests)
+	var t float64
+	for i := range reqs {
+		if b.Rate > 0 {
+			t += arrivals.ExpFloat64() / b.Rate
+		}
+		reqs[i] = sim.Arrival{
+			At:      time.Duration(math.Round(t * 1e9)),
+			Request: sim.Request{ID: uint64(i), PromptTokens: b.Input.Sample(lengths), OutputTokens: b.Output.Sample(lengths)},
+		}
+	}
+	eng, err := sim.NewEngine(b.Model.Engine, b.Model.Cost)
+	if err != nil {
+		return nil, err
+	}
+	res, err := sim.Serve(eng, reqs)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.File(), err)
+	}
+	return &BatchReport{
+		Experiment: r.Name, GPU: r.GPU.Name, Model: b.Model.Arch.ID,
+		KVTokens: b.Model.Engine.NumBlocks * b.Model.Engine.BlockSize, Result: res,
+	}, nil
+}
+
+// Write prints the report as an aligned table.
+func (b *BatchReport) Write(w io.Writer) error {
+	res := b.Result
+	var ttft, lat []float64
+	for _, t := range res.Times {
+		ttft = append(ttft, (t.FirstToken - t.Arrival).Seconds())
+		lat = append(lat, (t.Finish - t.Arrival).Seconds())
+	}
+	slices.Sort(ttft)
+	slices.Sort(lat)
+	rows := [][2]string{
+		{"experiment", b.Experiment},
+		{"gpu", b.GPU},
+		{"model", b.Model},
+		{"requests", fmt.Sprint(res.Requests)},
+		{"kv cache tokens", fmt.Sprint(b.KVTokens)},
+		{"batch latency s", fmt.Sprintf("%.3f", res.Makespan.Seconds())},
+		{"output tokens", fmt.Sprint(res.OutputTokens)},
+		{"output throughput tok/s", fmt.Sprintf("%.1f", res.OutputThroughput())},
+		{"mean batch size", fmt.Sprintf("%.1f", res.Stats.MeanBatch)},
+		{"preemptions", fmt.Sprint(res.Stats.Preemptions)},
+		{"engine iterations", fmt.Sprint(res.Stats.Steps)},
+		{"ttft p50 / p99 s", fmt.Sprintf("%.3f / %.3f", quantile(ttft, 0.5), quantile(ttft, 0.99))},
+		{"latency p50 / p99 s", fmt.Sprintf("%.3f / %.3f", quantile(lat, 0.5), quantile(lat, 0.99))},
+	}
+	for _, row := range rows {
+		if _, err := fmt.Fprintf(w, "%-24s %s\n", row[0], row[1]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// quantile returns the q-quantile of sorted values (nearest rank).
+func quantile(sorted []float64, q float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	i := int(math.Ceil(q*float64(len(sorted)))) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}

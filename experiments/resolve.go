@@ -1,0 +1,274 @@
+package experiments
+
+import (
+	"fmt"
+
+	"github.com/mosaic-sched/mosaic/sim"
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// Defaults of the engine settings, as vLLM uses them.
+const (
+	DefaultMaxNumSeqs       = 256
+	DefaultMaxBatchedTokens = 8192
+	DefaultUtilization      = 0.9
+	DefaultBlockSize        = 16
+)
+
+// ResolvedModel is a model bound to the catalog, its cost model and its engine.
+type ResolvedModel struct {
+	Name   string
+	Arch   *sim.Model
+	Cost   *sim.CostModel
+	Engine sim.EngineConfig
+	// Output is the model's output-length distribution (nil if the file gives none).
+	Output traces.LengthDist
+}
+
+// Resolved is a validated experiment bound to concrete catalog entries and cost models.
+type Resolved struct {
+	*Experiment
+	Catalog *sim.Catalog
+	Profile *sim.Profile
+	GPU     *sim.GPU
+	Models  []*ResolvedModel
+	byName  map[string]*ResolvedModel
+	// Batch is set for kind = "batch".
+	Batch *BatchWorkload
+}
+
+// BatchWorkload is a resolved single-model batch.
+type BatchWorkload struct {
+	Model    *ResolvedModel
+	Requests int
+	Input    traces.LengthDist
+	Output   traces.LengthDist
+	Rate     float64
+}
+
+// Model returns the resolved model named name.
+func (r *Resolved) Model(name string) (*ResolvedModel, bool) {
+	m, ok := r.byName[lower(name)]
+	return m, ok
+}
+
+// Resolve validates the experiment and binds it to the built-in catalog and profile, extended
+// by the files the experiment names.
+func (e *Experiment) Resolve() (*Resolved, error) {
+	r := &Resolved{Experiment: e, Catalog: sim.DefaultCatalog(), Profile: sim.DefaultProfile(), byName: map[string]*ResolvedModel{}}
+	if e.Name == "" {
+		return nil, e.errorf("name", "missing: every experiment needs a name")
+	}
+	if e.Cluster.Catalog != "" {
+		if err := r.Catalog.AddFile(e.path(e.Cluster.Catalog)); err != nil {
+			return nil, e.errorf("cluster.catalog", "%v", err)
+		}
+	}
+	if e.Cluster.Profile != "" {
+		p, err := sim.LoadProfile(e.path(e.Cluster.Profile), nil)
+		if err != nil {
+			return nil, e.errorf("cluster.profile", "%v", err)
+		}
+		r.Profile = p
+	}
+	if e.Cluster.GPU == "" {
+		return nil, e.errorf("cluster.gpu", "missing: name a GPU from the catalog")
+	}
+	g, err := r.Catalog.GPU(e.Cluster.GPU)
+	if err != nil {
+		return nil, e.errorf("cluster.gpu", "%v", err)
+	}
+	r.GPU = g
+	if e.Cluster.Workers == 0 {
+		e.Cluster.Workers = 1
+	}
+	if e.Cluster.Workers < 0 {
+		return nil, e.errorf("cluster.workers", "must be positive, got %d", e.Cluster.Workers)
+	}
+	eng, err := e.engineDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if len(e.Models) == 0 {
+		return nil, e.errorf("model", "missing: list at least one [[model]]")
+	}
+	coef := r.Profile.For(g)
+	for i, m := range e.Models {
+		if m.Name == "" {
+			return nil, e.errorf(modelKey(i, "name"), "missing")
+		}
+		if _, dup := r.byName[lower(m.Name)]; dup {
+			return nil, e.errorf(modelKey(i, "name"), "model %q is listed twice", m.Name)
+		}
+		if m.Arch == "" {
+			return nil, e.errorf(modelKey(i, "arch"), "missing: name a catalog model (Hugging Face id or alias)")
+		}
+		arch, err := r.Catalog.Model(m.Arch)
+		if err != nil {
+			return nil, e.errorf(modelKey(i, "arch"), "%v", err)
+		}
+		cm, err := sim.NewCostModel(arch, g, coef)
+		if err != nil {
+			return nil, e.errorf("cluster.profile", "%v", err)
+		}
+		blocks, err := cm.KVBlocks(eng.util, eng.MaxBatchedTokens, eng.BlockSize)
+		if err != nil {
+			return nil, e.errorf(modelKey(i, "arch"), "%v", err)
+		}
+		cfg := eng.EngineConfig
+		cfg.NumBlocks = blocks
+		cfg.WatermarkBlocks = blocks / 100
+		rm := &ResolvedModel{Name: m.Name, Arch: arch, Cost: cm, Engine: cfg}
+		if m.OutputTokens != nil {
+			d, err := m.OutputTokens.resolve(e, modelKey(i, "output_tokens"))
+			if err != nil {
+				return nil, err
+			}
+			rm.Output = d
+		}
+		r.Models = append(r.Models, rm)
+		r.byName[lower(m.Name)] = rm
+	}
+	switch lower(e.Workload.Kind) {
+	case "batch", "":
+		if err := r.resolveBatch(); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, e.errorf("workload.kind", "unknown workload kind %q (known: batch)", e.Workload.Kind)
+	}
+	return r, nil
+}
+
+type engineSettings struct {
+	sim.EngineConfig
+	util float64
+}
+
+func (e *Experiment) engineDefaults() (engineSettings, error) {
+	s := engineSettings{EngineConfig: sim.EngineConfig{
+		MaxNumSeqs: DefaultMaxNumSeqs, MaxBatchedTokens: DefaultMaxBatchedTokens,
+		ChunkedPrefill: true, BlockSize: DefaultBlockSize,
+	}, util: DefaultUtilization}
+	en := e.Engine
+	if en.MaxNumSeqs != 0 {
+		if en.MaxNumSeqs < 0 {
+			return s, e.errorf("engine.max_num_seqs", "must be positive, got %d", en.MaxNumSeqs)
+		}
+		s.MaxNumSeqs = en.MaxNumSeqs
+	}
+	if en.MaxBatchedTokens != 0 {
+		if en.MaxBatchedTokens < 0 {
+			return s, e.errorf("engine.max_batched_tokens", "must be positive, got %d", en.MaxBatchedTokens)
+		}
+		s.MaxBatchedTokens = en.MaxBatchedTokens
+	}
+	if s.MaxBatchedTokens < s.MaxNumSeqs {
+		return s, e.errorf("engine.max_batched_tokens", "must be at least max_num_seqs (%d), got %d", s.MaxNumSeqs, s.MaxBatchedTokens)
+	}
+	if en.ChunkedPrefill != nil {
+		s.ChunkedPrefill = *en.ChunkedPrefill
+	}
+	if en.GPUMemoryUtilization != 0 {
+		if !(en.GPUMemoryUtilization > 0 && en.GPUMemoryUtilization <= 1) {
+			return s, e.errorf("engine.gpu_memory_utilization", "must be in (0, 1], got %g", en.GPUMemoryUtilization)
+		}
+		s.util = en.GPUMemoryUtilization
+	}
+	if en.BlockSize != 0 {
+		if en.BlockSize < 0 || en.BlockSize > 256 {
+			return s, e.errorf("engine.block_size", "must be in [1, 256], got %d", en.BlockSize)
+		}
+		s.BlockSize = en.BlockSize
+	}
+	return s, nil
+}
+
+func (r *Resolved) resolveBatch() error {
+	e := r.Experiment
+	w := e.Workload
+	b := &BatchWorkload{Requests: w.Requests, Rate: w.ArrivalRate}
+	switch {
+	case w.Model != "":
+		m, ok := r.Model(w.Model)
+		if !ok {
+			return e.errorf("workload.model", "no [[model]] is named %q", w.Model)
+		}
+		b.Model = m
+	case len(r.Models) == 1:
+		b.Model = r.Models[0]
+	default:
+		return e.errorf("workload.model", "missing: the experiment lists %d models, say which one the batch uses", len(r.Models))
+	}
+	if w.Requests <= 0 {
+		return e.errorf("workload.requests", "must be positive, got %d", w.Requests)
+	}
+	if w.ArrivalRate < 0 {
+		return e.errorf("workload.arrival_rate", "must not be negative, got %g", w.ArrivalRate)
+	}
+	if w.InputTokens == nil {
+		return e.errorf("workload.input_tokens", "missing: give a prompt-length distribution, e.g. { dist = \"fixed\", value = 512 }")
+	}
+	in, err := w.InputTokens.resolve(e, "workload.input_tokens")
+	if err != nil {
+		return err
+	}
+	b.Input = in
+	b.Output = b.Model.Output
+	if w.OutputTokens != nil {
+		if b.Output, err = w.OutputTokens.resolve(e, "workload.output_tokens"); err != nil {
+			return err
+		}
+	}
+	if b.Output == nil {
+		return e.errorf("workload.output_tokens", "missing: give an output-length distribution here or on model %q", b.Model.Name)
+	}
+	if limit := b.Model.Arch.MaxModelLen; b.Input.Max()+b.Output.Max() > limit {
+		return e.errorf("workload.input_tokens", "the longest prompt (%d) plus the longest output (%d) exceed %s's max_model_len %d",
+			b.Input.Max(), b.Output.Max(), b.Model.Arch.ID, limit)
+	}
+	if need := (b.Input.Max() + b.Output.Max() + b.Model.Engine.BlockSize - 1) / b.Model.Engine.BlockSize; need > b.Model.Engine.NumBlocks-b.Model.Engine.WatermarkBlocks {
+		return e.errorf("workload.output_tokens", "the longest request (%d tokens) does not fit the KV cache of %s on %s (%d tokens)",
+			b.Input.Max()+b.Output.Max(), b.Model.Arch.ID, r.GPU.Name, b.Model.Engine.NumBlocks*b.Model.Engine.BlockSize)
+	}
+	r.Batch = b
+	return nil
+}
+
+// resolve validates a distribution given at key.
+func (d *Dist) resolve(e *Experiment, key string) (traces.LengthDist, error) {
+	switch lower(d.Dist) {
+	case "fixed":
+		if d.Value <= 0 {
+			return nil, e.errorf(key+".value", "must be positive, got %d", d.Value)
+		}
+		return traces.Fixed(d.Value), nil
+	case "lognormal":
+		minLen := d.Min
+		if minLen == 0 {
+			minLen = 1
+		}
+		if d.Max <= 0 {
+			return nil, e.errorf(key+".max", "missing or not positive: a lognormal needs a maximum length (the model's max tokens)")
+		}
+		l, err := traces.NewLogNormal(d.Mean, d.P99, minLen, d.Max)
+		if err != nil {
+			return nil, e.errorf(key, "%v", err)
+		}
+		return l, nil
+	case "uniform":
+		if d.Min <= 0 || d.Max < d.Min {
+			return nil, e.errorf(key, "uniform needs 0 < min <= max, got min %d max %d", d.Min, d.Max)
+		}
+		return traces.Uniform{Lo: d.Min, Hi: d.Max}, nil
+	case "":
+		return nil, e.errorf(key+".dist", "missing: one of fixed, lognormal, uniform")
+	default:
+		return nil, e.errorf(key+".dist", "unknown distribution %q (known: fixed, lognormal, uniform)", d.Dist)
+	}
+}
+
+// String describes the resolved cluster in one line.
+func (r *Resolved) String() string {
+	return fmt.Sprintf("%s: %d x %s", r.Name, r.Cluster.Workers, r.GPU.Name)
+}

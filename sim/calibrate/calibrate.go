@@ -1,0 +1,323 @@
+// Package calibrate compares the simulator's cost model with measured batch latencies and fits
+// a GPU's coefficients to them.
+//
+// The measurements are rows of a benchmark in the format of Argonne's LLM-Inference-Bench
+// (columns Hardware, Num of Hardware, Framework, Model, Input Output Length, Batch Size, Latency,
+// Throughput): B requests of L prompt tokens and L output tokens submitted together, latency
+// being the time until the last one finished. Each row is simulated exactly that way, on an
+// engine configured as vLLM 0.6 runs by default (no chunked prefill, a token budget of
+// max(max_model_len, 2048), 256 sequences, 16-token blocks, gpu_memory_utilization 0.9).
+package calibrate
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/mosaic-sched/mosaic/sim"
+)
+
+// Row is one measurement.
+type Row struct {
+	Line      int // line in the file, for messages
+	Hardware  string
+	NumGPUs   int
+	Framework string
+	Model     string
+	Length    int     // prompt tokens = output tokens
+	Batch     int     // requests submitted together
+	Latency   float64 // seconds until the last request finished
+}
+
+var header = []string{"Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length", "Batch Size", "Latency", "Throughput"}
+
+// ReadFile reads a benchmark CSV file.
+func ReadFile(path string) ([]Row, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading measurements: %w", err)
+	}
+	defer f.Close()
+	return Read(path, f)
+}
+
+// Read parses benchmark rows; errors name the file, line and column.
+func Read(path string, r io.Reader) ([]Row, error) {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	head, err := cr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("%s:1: reading header: %w", path, err)
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		col[strings.TrimSpace(h)] = i
+	}
+	for _, h := range header[:7] {
+		if _, ok := col[h]; !ok {
+			return nil, fmt.Errorf("%s:1: missing column %q (want %s)", path, h, strings.Join(header, ","))
+		}
+	}
+	var rows []Row
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		line, _ := cr.FieldPos(0)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		get := func(name string) string {
+			if i := col[name]; i < len(rec) {
+				return strings.TrimSpace(rec[i])
+			}
+			return ""
+		}
+		atoi := func(name string) (int, error) {
+			v, err := strconv.Atoi(get(name))
+			if err != nil || v <= 0 {
+				return 0, fmt.Errorf("%s:%d: column %q: want a positive integer, got %q", path, line, name, get(name))
+			}
+			return v, nil
+		}
+		row := Row{Line: line, Hardware: get("Hardware"), Framework: get("Framework"), Model: get("Model")}
+		if row.NumGPUs, err = atoi("Num of Hardware"); err != nil {
+			return nil, err
+		}
+		if row.Length, err = atoi("Input Output Length"); err != nil {
+			return nil, err
+		}
+		if row.Batch, err = atoi("Batch Size"); err != nil {
+			return nil, err
+		}
+		row.Latency, err = strconv.ParseFloat(get("Latency"), 64)
+		if err != nil || !(row.Latency > 0) {
+			return nil, fmt.Errorf("%s:%d: column %q: want a positive number, got %q", path, line, "Latency", get("Latency"))
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// Case is a measured row bound to catalog entries.
+type Case struct {
+	Row
+	GPU   *sim.GPU
+	Model *sim.Model
+}
+
+// Filter selects rows.
+type Filter struct {
+	Framework string   // case-insensitive; empty for all
+	GPUs      int      // number of GPUs; 0 for all
+	GPU       string   // simulate on this catalog GPU: only rows measured on its hardware label
+	Models    []string // catalog names or aliases; empty for all models the catalog knows
+}
+
+// Selection is the outcome of Select.
+type Selection struct {
+	Cases []Case
+	// Skipped counts rows left out, by reason.
+	Skipped map[string]int
+}
+
+// Select binds rows to catalog GPUs and models. Rows whose hardware or model the catalog does
+// not know are skipped and counted; with Filter.GPU set only that GPU's hardware rows are kept.
+func Select(rows []Row, cat *sim.Catalog, f Filter) (Selection, error) {
+	sel := Selection{Skipped: map[string]int{}}
+	var only *sim.GPU
+	if f.GPU != "" {
+		g, err := cat.GPU(f.GPU)
+		if err != nil {
+			return sel, err
+		}
+		only = g
+	}
+	var models []*sim.Model
+	for _, name := range f.Models {
+		m, err := cat.Model(name)
+		if err != nil {
+			return sel, err
+		}
+		models = append(models, m)
+	}
+	for _, r := range rows {
+		if f.Framework != "" && !strings.EqualFold(r.Framework, f.Framework) {
+			continue
+		}
+		if f.GPUs > 0 && r.NumGPUs != f.GPUs {
+			continue
+		}
+		if r.NumGPUs != 1 {
+			sel.Skipped["tensor-parallel rows (not modelled yet)"]++
+			continue
+		}
+		var g *sim.GPU
+		if only != nil {
+			if !contains(only.MeasuredAs, r.Hardware) {
+				continue
+			}
+			g = only
+		} else if gs := cat.GPUsMeasuredAs(r.Hardware); len(gs) > 0 {
+			g = gs[0]
+		} else {
+			sel.Skipped["hardware not in the catalog: "+r.Hardware]++
+			continue
+		}
+		m, err := cat.Model(r.Model)
+		if err != nil {
+			sel.Skipped["model not in the catalog: "+r.Model]++
+			continue
+		}
+		if len(models) > 0 && !containsModel(models, m) {
+			continue
+		}
+		sel.Cases = append(sel.Cases, Case{Row: r, GPU: g, Model: m})
+	}
+	if len(sel.Cases) == 0 {
+		return sel, errors.New("no measurement rows match the selection")
+	}
+	return sel, nil
+}
+
+func contains(list []string, s string) bool {
+	for _, l := range list {
+		if strings.EqualFold(l, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func containsModel(list []*sim.Model, m *sim.Model) bool {
+	for _, x := range list {
+		if x == m {
+			return true
+		}
+	}
+	return false
+}
+
+// BenchmarkEngine returns the engine configuration vLLM 0.6 uses by default for a model: no
+// chunked prefill, a token budget of max(max_model_len, 2048), 256 sequences, 16-token blocks,
+// a 1% watermark, and the KV cache that fits at the given memory utilisation.
+func BenchmarkEngine(cm *sim.CostModel, utilisation float64) (sim.EngineConfig, error) {
+	budget := max(cm.Model.MaxModelLen, 2048)
+	blocks, err := cm.KVBlocks(utilisation, budget, 16)
+	if err != nil {
+		return sim.EngineConfig{}, err
+	}
+	return sim.EngineConfig{
+		MaxNumSeqs:       256,
+		MaxBatchedTokens: budget,
+		ChunkedPrefill:   false,
+		BlockSize:        16,
+		NumBlocks:        blocks,
+		WatermarkBlocks:  int(0.01 * float64(blocks)),
+	}, nil
+}
+
+// Prediction is the simulated latency of one case.
+type Prediction struct {
+	Case
+	Predicted   float64 // seconds
+	Preemptions int
+	Err         error
+}
+
+// ErrorPct is the signed relative error of the prediction, in percent.
+func (p Prediction) ErrorPct() float64 { return 100 * (p.Predicted - p.Latency) / p.Latency }
+
+// Predict simulates one case with the given coefficients.
+func Predict(c Case, coef sim.Coefficients) (Prediction, error) {
+	p := Prediction{Case: c}
+	cm, err := sim.NewCostModel(c.Model, c.GPU, coef)
+	if err != nil {
+		return p, err
+	}
+	cfg, err := BenchmarkEngine(cm, 0.9)
+	if err != nil {
+		return p, err
+	}
+	eng, err := sim.NewEngine(cfg, cm)
+	if err != nil {
+		return p, err
+	}
+	reqs := make([]sim.Arrival, c.Batch)
+	for i := range reqs {
+		reqs[i] = sim.Arrival{Request: sim.Request{ID: uint64(i), PromptTokens: c.Length, OutputTokens: c.Length}}
+	}
+	res, err := sim.Serve(eng, reqs)
+	if err != nil {
+		return p, fmt.Errorf("line %d (%s, L=%d, B=%d): %w", c.Line, c.Model.ID, c.Length, c.Batch, err)
+	}
+	p.Predicted = res.Makespan.Seconds()
+	p.Preemptions = res.Stats.Preemptions
+	return p, nil
+}
+
+// PredictAll simulates every case, in parallel, with per-GPU coefficients from prof.
+func PredictAll(cases []Case, prof *sim.Profile) ([]Prediction, error) {
+	out := make([]Prediction, len(cases))
+	errs := make([]error, len(cases))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	for i := range cases {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			out[i], errs[i] = Predict(cases[i], prof.For(cases[i].GPU))
+		}(i)
+	}
+	wg.Wait()
+	return out, errors.Join(errs...)
+}
+
+// MAPE is the mean absolute percentage error of predictions.
+func MAPE(ps []Prediction) float64 {
+	if len(ps) == 0 {
+		return math.NaN()
+	}
+	s := 0.0
+	for _, p := range ps {
+		s += math.Abs(p.ErrorPct())
+	}
+	return s / float64(len(ps))
+}
+
+// ByModel groups predictions by model id, in order of first appearance.
+func ByModel(ps []Prediction) (ids []string, groups map[string][]Prediction) {
+	groups = map[string][]Prediction{}
+	for _, p := range ps {
+		if _, ok := groups[p.Model.ID]; !ok {
+			ids = append(ids, p.Model.ID)
+		}
+		groups[p.Model.ID] = append(groups[p.Model.ID], p)
+	}
+	return ids, groups
+}
+
+// Sort orders predictions by model, length and batch size.
+func Sort(ps []Prediction) {
+	sort.SliceStable(ps, func(i, j int) bool {
+		a, b := ps[i], ps[j]
+		if a.Model.ID != b.Model.ID {
+			return a.Model.ID < b.Model.ID
+		}
+		if a.Length != b.Length {
+			return a.Length < b.Length
+		}
+		return a.Batch < b.Batch
+	})
+}

@@ -1,0 +1,237 @@
+package sim
+
+import (
+	"embed"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	"github.com/mosaic-sched/mosaic/internal/tomlx"
+)
+
+//go:embed catalog/*.toml
+var catalogFS embed.FS
+
+// GPU is one accelerator as the cost model sees it.
+type GPU struct {
+	Name       string   `toml:"name"`
+	Aliases    []string `toml:"aliases"`
+	Vendor     string   `toml:"vendor"`
+	PeakTFLOPs float64  `toml:"peak_tflops"` // dense BF16 tensor throughput, 10^12 FLOP/s
+	HBMGBps    float64  `toml:"hbm_gbps"`    // memory bandwidth, 10^9 B/s
+	MemoryGiB  float64  `toml:"memory_gib"`  // device memory, GiB
+	MeasuredAs []string `toml:"measured_as"` // hardware labels used by public benchmark files
+}
+
+// MemoryBytes is the device memory in bytes.
+func (g *GPU) MemoryBytes() float64 { return g.MemoryGiB * gib }
+
+// Model is a decoder-only transformer's architecture, as published in its config.json.
+type Model struct {
+	ID             string   `toml:"id"` // Hugging Face id
+	Aliases        []string `toml:"aliases"`
+	Layers         int      `toml:"layers"`
+	Hidden         int      `toml:"hidden"`
+	Heads          int      `toml:"heads"`
+	KVHeads        int      `toml:"kv_heads"`
+	HeadDim        int      `toml:"head_dim"`
+	Intermediate   int      `toml:"intermediate"`
+	Vocab          int      `toml:"vocab"`
+	DtypeBytes     int      `toml:"dtype_bytes"`
+	ParamsB        float64  `toml:"params_b"` // total parameters, billions
+	MaxModelLen    int      `toml:"max_model_len"`
+	TiedEmbeddings bool     `toml:"tied_embeddings"`
+	Reasoning      bool     `toml:"reasoning"` // emits long chains of thought
+}
+
+const gib = 1 << 30
+
+// WeightBytes is the size of the weights in memory.
+func (m *Model) WeightBytes() float64 { return m.ParamsB * 1e9 * float64(m.DtypeBytes) }
+
+// KVBytesPerToken is the KV-cache footprint of one token: keys and values of every layer.
+func (m *Model) KVBytesPerToken() float64 {
+	return float64(2 * m.Layers * m.KVHeads * m.HeadDim * m.DtypeBytes)
+}
+
+// linearParams is the number of weights in the matrices every token is multiplied by in the
+// transformer blocks (attention projections and the gated MLP), excluding embeddings.
+func (m *Model) linearParams() float64 {
+	q := float64(m.Hidden * m.Heads * m.HeadDim)
+	kv := float64(2 * m.Hidden * m.KVHeads * m.HeadDim)
+	o := float64(m.Heads * m.HeadDim * m.Hidden)
+	mlp := float64(3 * m.Hidden * m.Intermediate)
+	return float64(m.Layers) * (q + kv + o + mlp)
+}
+
+func (m *Model) validate() error {
+	switch {
+	case m.ID == "":
+		return fmt.Errorf("model without id")
+	case m.Layers <= 0, m.Hidden <= 0, m.Heads <= 0, m.KVHeads <= 0, m.HeadDim <= 0,
+		m.Intermediate <= 0, m.Vocab <= 0, m.DtypeBytes <= 0, m.ParamsB <= 0, m.MaxModelLen <= 0:
+		return fmt.Errorf("model %q: layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, dtype_bytes, params_b and max_model_len must all be positive", m.ID)
+	case m.Heads%m.KVHeads != 0:
+		return fmt.Errorf("model %q: heads (%d) must be a multiple of kv_heads (%d)", m.ID, m.Heads, m.KVHeads)
+	}
+	return nil
+}
+
+func (g *GPU) validate() error {
+	if g.Name == "" {
+		return fmt.Errorf("gpu without name")
+	}
+	if g.PeakTFLOPs <= 0 || g.HBMGBps <= 0 || g.MemoryGiB <= 0 {
+		return fmt.Errorf("gpu %q: peak_tflops, hbm_gbps and memory_gib must be positive", g.Name)
+	}
+	return nil
+}
+
+// Catalog holds the GPUs and models an experiment may name. Lookups are case-insensitive and
+// accept aliases.
+type Catalog struct {
+	gpus      map[string]*GPU
+	models    map[string]*Model
+	gpuList   []*GPU
+	modelList []*Model
+}
+
+type catalogFile struct {
+	GPU   []GPU   `toml:"gpu"`
+	Model []Model `toml:"model"`
+}
+
+// DefaultCatalog returns a fresh copy of the built-in catalog embedded in the binary.
+func DefaultCatalog() *Catalog {
+	c := &Catalog{gpus: map[string]*GPU{}, models: map[string]*Model{}}
+	for _, name := range []string{"catalog/gpus.toml", "catalog/models.toml"} {
+		data, err := catalogFS.ReadFile(name)
+		if err != nil {
+			panic(err) // embedded at build time
+		}
+		if err := c.add(name, data); err != nil {
+			panic(fmt.Sprintf("built-in catalog: %v", err))
+		}
+	}
+	return c
+}
+
+// AddFile extends the catalog with the GPUs and models of a user TOML file ([[gpu]] and
+// [[model]] tables as in the built-in files). An entry with the name or id of an existing one
+// replaces it.
+func (c *Catalog) AddFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("reading catalog: %w", err)
+	}
+	return c.add(path, data)
+}
+
+func (c *Catalog) add(path string, data []byte) error {
+	var f catalogFile
+	tf, err := tomlx.Decode(path, data, &f)
+	if err != nil {
+		return err
+	}
+	for i := range f.GPU {
+		g := f.GPU[i]
+		if err := g.validate(); err != nil {
+			return tf.Errorf(fmt.Sprintf("gpu[%d]", i), "%v", err)
+		}
+		c.putGPU(&g)
+	}
+	for i := range f.Model {
+		m := f.Model[i]
+		if err := m.validate(); err != nil {
+			return tf.Errorf(fmt.Sprintf("model[%d]", i), "%v", err)
+		}
+		c.putModel(&m)
+	}
+	return nil
+}
+
+func (c *Catalog) putGPU(g *GPU) {
+	if old, ok := c.gpus[strings.ToLower(g.Name)]; ok {
+		c.gpuList = remove(c.gpuList, old)
+		for k, v := range c.gpus {
+			if v == old {
+				delete(c.gpus, k)
+			}
+		}
+	}
+	c.gpuList = append(c.gpuList, g)
+	for _, k := range append([]string{g.Name}, g.Aliases...) {
+		c.gpus[strings.ToLower(k)] = g
+	}
+}
+
+func (c *Catalog) putModel(m *Model) {
+	if old, ok := c.models[strings.ToLower(m.ID)]; ok {
+		c.modelList = remove(c.modelList, old)
+		for k, v := range c.models {
+			if v == old {
+				delete(c.models, k)
+			}
+		}
+	}
+	c.modelList = append(c.modelList, m)
+	for _, k := range append([]string{m.ID}, m.Aliases...) {
+		c.models[strings.ToLower(k)] = m
+	}
+}
+
+func remove[T comparable](s []T, x T) []T {
+	out := s[:0]
+	for _, v := range s {
+		if v != x {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// GPU looks up a GPU by name or alias.
+func (c *Catalog) GPU(name string) (*GPU, error) {
+	if g, ok := c.gpus[strings.ToLower(strings.TrimSpace(name))]; ok {
+		return g, nil
+	}
+	var names []string
+	for _, g := range c.gpuList {
+		names = append(names, g.Name)
+	}
+	return nil, fmt.Errorf("unknown GPU %q (known: %s)", name, strings.Join(names, ", "))
+}
+
+// Model looks up a model by Hugging Face id or alias.
+func (c *Catalog) Model(name string) (*Model, error) {
+	if m, ok := c.models[strings.ToLower(strings.TrimSpace(name))]; ok {
+		return m, nil
+	}
+	var names []string
+	for _, m := range c.modelList {
+		names = append(names, m.ID)
+	}
+	sort.Strings(names)
+	return nil, fmt.Errorf("unknown model %q (known: %s; add others with a catalog file)", name, strings.Join(names, ", "))
+}
+
+// GPUs lists the catalog's GPUs in file order.
+func (c *Catalog) GPUs() []*GPU { return append([]*GPU(nil), c.gpuList...) }
+
+// Models lists the catalog's models in file order.
+func (c *Catalog) Models() []*Model { return append([]*Model(nil), c.modelList...) }
+
+// GPUsMeasuredAs returns the GPUs whose measured_as labels include label (case-insensitive).
+func (c *Catalog) GPUsMeasuredAs(label string) []*GPU {
+	var out []*GPU
+	for _, g := range c.gpuList {
+		for _, l := range g.MeasuredAs {
+			if strings.EqualFold(l, label) {
+				out = append(out, g)
+				break
+			}
+		}
+	}
+	return out
+}

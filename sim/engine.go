@@ -1,0 +1,464 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// EngineConfig sets the scheduler of one continuous-batching engine (one GPU worker).
+type EngineConfig struct {
+	// MaxNumSeqs caps the sequences in one iteration (vLLM max_num_seqs).
+	MaxNumSeqs int
+	// MaxBatchedTokens is the token budget of one iteration (vLLM max_num_batched_tokens).
+	MaxBatchedTokens int
+	// ChunkedPrefill lets a prompt be split over iterations and mixed with decodes (vLLM V1
+	// and chunked prefill). Without it an iteration either prefills whole prompts or decodes,
+	// and waiting prompts go first (vLLM V0's default scheduler).
+	ChunkedPrefill bool
+	// BlockSize is the number of tokens per KV-cache block.
+	BlockSize int
+	// NumBlocks is the KV-cache capacity in blocks.
+	NumBlocks int
+	// WatermarkBlocks is kept free when admitting a new sequence, so running ones can grow.
+	WatermarkBlocks int
+}
+
+// Validate reports an unusable configuration.
+func (c EngineConfig) Validate() error {
+	switch {
+	case c.MaxNumSeqs <= 0:
+		return errors.New("max_num_seqs must be positive")
+	case c.MaxBatchedTokens < c.MaxNumSeqs:
+		return fmt.Errorf("max_batched_tokens (%d) must be at least max_num_seqs (%d)", c.MaxBatchedTokens, c.MaxNumSeqs)
+	case c.BlockSize <= 0:
+		return errors.New("block_size must be positive")
+	case c.NumBlocks <= 0:
+		return errors.New("the KV cache has no blocks")
+	case c.WatermarkBlocks < 0 || c.WatermarkBlocks >= c.NumBlocks:
+		return errors.New("watermark must be in [0, NumBlocks)")
+	}
+	return nil
+}
+
+// Request is one LLM call as the engine sees it.
+type Request struct {
+	ID           uint64
+	PromptTokens int
+	OutputTokens int
+}
+
+// Produced says that a sequence produced Tokens output tokens.
+type Produced struct {
+	ID     uint64
+	Tokens int
+}
+
+// Iteration is what one call of Step or Advance did. Its slices are owned by the engine and
+// valid until the next call.
+type Iteration struct {
+	// Duration is the time the iteration(s) took.
+	Duration time.Duration
+	// Steps is the number of engine iterations covered: 1 for Step; Advance may cover many
+	// identical decode iterations at once.
+	Steps int
+	// Seqs is the number of sequences in each iteration's batch.
+	Seqs int
+	// PrefillTokens is the number of prompt (or recomputed) tokens processed.
+	PrefillTokens int
+	// Produced lists the sequences that produced output tokens and how many.
+	Produced []Produced
+	// FirstToken lists sequences whose first output token was produced.
+	FirstToken []uint64
+	// Finished lists sequences that produced their last token and left the engine.
+	Finished []uint64
+	// Preempted lists sequences evicted from the KV cache to be recomputed later.
+	Preempted []uint64
+	// Admitted lists sequences that entered the running batch (again, after a preemption).
+	Admitted []uint64
+}
+
+type seqState struct {
+	req         Request
+	generated   int // output tokens produced
+	computed    int // tokens whose keys and values are in the cache
+	blocks      int // KV blocks held
+	preemptions int
+	chunk       int // tokens scheduled in the current iteration
+}
+
+func (s *seqState) length() int { return s.req.PromptTokens + s.generated }
+
+// Engine is a vLLM-like continuous-batching engine as a pure state machine: no clock, no
+// goroutines, no I/O. Callers add requests and step it; each step says how long it took (from
+// the cost model) and which sequences produced tokens, finished or were preempted. The
+// simulator steps it in virtual time, the emulator in real time.
+//
+// Scheduling follows vLLM: running sequences keep their place in admission order; when a
+// running sequence needs a KV block and none is free, the most recently admitted sequence is
+// preempted (its blocks freed, its tokens recomputed when it is admitted again from the front of
+// the waiting queue); waiting sequences are admitted first-come first-served while the batch,
+// the token budget and the KV cache (less the watermark) allow.
+type Engine struct {
+	cfg     EngineConfig
+	cost    *CostModel
+	waiting []*seqState // FIFO; preempted sequences go to the front
+	running []*seqState // admission order
+	free    int
+	it      Iteration
+	sched   []*seqState // sequences scheduled in the current step
+	preempt bool        // a preemption happened in the current step
+
+	// totals
+	steps       uint64
+	busy        time.Duration
+	seqTime     float64 // sum over iterations of Seqs*seconds
+	preemptions int
+}
+
+// NewEngine returns an idle engine.
+func NewEngine(cfg EngineConfig, cost *CostModel) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Engine{cfg: cfg, cost: cost, free: cfg.NumBlocks}, nil
+}
+
+// Config returns the engine's configuration.
+func (e *Engine) Config() EngineConfig { return e.cfg }
+
+// Add queues a request. A request whose prompt cannot be scheduled by this engine, or whose
+// full sequence could never fit the KV cache, is rejected with an error.
+func (e *Engine) Add(r Request) error {
+	if r.PromptTokens <= 0 || r.OutputTokens <= 0 {
+		return fmt.Errorf("request %d: prompt and output tokens must be positive (got %d and %d)", r.ID, r.PromptTokens, r.OutputTokens)
+	}
+	total := r.PromptTokens + r.OutputTokens
+	if need := ceilDiv(total, e.cfg.BlockSize); need > e.cfg.NumBlocks-e.cfg.WatermarkBlocks {
+		return fmt.Errorf("request %d: %d tokens need %d KV blocks but the cache holds %d", r.ID, total, need, e.cfg.NumBlocks-e.cfg.WatermarkBlocks)
+	}
+	if !e.cfg.ChunkedPrefill && total > e.cfg.MaxBatchedTokens {
+		return fmt.Errorf("request %d: %d tokens exceed the token budget %d and chunked prefill is off", r.ID, total, e.cfg.MaxBatchedTokens)
+	}
+	e.waiting = append(e.waiting, &seqState{req: r})
+	return nil
+}
+
+// Idle reports whether the engine has no work.
+func (e *Engine) Idle() bool { return len(e.waiting) == 0 && len(e.running) == 0 }
+
+// Running returns the number of sequences in the running batch.
+func (e *Engine) Running() int { return len(e.running) }
+
+// Waiting returns the number of queued sequences.
+func (e *Engine) Waiting() int { return len(e.waiting) }
+
+// KVUsage returns the fraction of KV blocks in use.
+func (e *Engine) KVUsage() float64 { return 1 - float64(e.free)/float64(e.cfg.NumBlocks) }
+
+// Stats are running totals of an engine.
+type Stats struct {
+	Steps       uint64
+	Busy        time.Duration
+	MeanBatch   float64 // time-weighted mean number of sequences per iteration
+	Preemptions int
+}
+
+// Stats returns the engine's totals.
+func (e *Engine) Stats() Stats {
+	s := Stats{Steps: e.steps, Busy: e.busy, Preemptions: e.preemptions}
+	if e.busy > 0 {
+		s.MeanBatch = e.seqTime / e.busy.Seconds()
+	}
+	return s
+}
+
+func (e *Engine) reset() *Iteration {
+	it := &e.it
+	it.Duration, it.Steps, it.Seqs, it.PrefillTokens = 0, 0, 0, 0
+	it.Produced = it.Produced[:0]
+	it.FirstToken = it.FirstToken[:0]
+	it.Finished = it.Finished[:0]
+	it.Preempted = it.Preempted[:0]
+	it.Admitted = it.Admitted[:0]
+	e.preempt = false
+	return it
+}
+
+// Step runs exactly one engine iteration. It returns an iteration with Steps = 0 when there is
+// nothing to do.
+func (e *Engine) Step() *Iteration {
+	it := e.reset()
+	if e.Idle() {
+		return it
+	}
+	sched := e.sched[:0]
+	budget := e.cfg.MaxBatchedTokens
+	admitted := false
+	if !e.cfg.ChunkedPrefill {
+		// vLLM V0: whole prompts first; decode only when nothing can be admitted.
+		sched, budget, admitted = e.admit(sched, budget)
+		if !admitted {
+			sched, budget = e.scheduleRunning(sched, budget)
+		}
+	} else {
+		sched, budget = e.scheduleRunning(sched, budget)
+		if !e.preempt {
+			sched, budget, _ = e.admit(sched, budget)
+		}
+	}
+	_ = budget
+	e.sched = sched
+	if len(sched) == 0 {
+		// Only possible when every running sequence preempted itself; try again next step.
+		return it
+	}
+	var b Batch
+	for _, s := range sched {
+		c, prior := float64(s.chunk), float64(s.computed)
+		b.Tokens += s.chunk
+		b.AttentionPairs += c*prior + c*(c+1)/2
+		b.KVTokens += prior + c
+		if s.computed+s.chunk == s.length() {
+			b.Sampled++
+		}
+		if s.chunk > 1 || s.computed < s.req.PromptTokens {
+			it.PrefillTokens += s.chunk
+		}
+	}
+	b.Seqs = len(sched)
+	sec := e.cost.IterationSeconds(b)
+	for _, s := range sched {
+		s.computed += s.chunk
+		s.chunk = 0
+		if s.computed == s.length() {
+			s.generated++
+			it.Produced = append(it.Produced, Produced{ID: s.req.ID, Tokens: 1})
+			if s.generated == 1 {
+				it.FirstToken = append(it.FirstToken, s.req.ID)
+			}
+		}
+	}
+	e.finish(it)
+	e.account(it, 1, len(sched), sec)
+	clear(sched)
+	return it
+}
+
+// scheduleRunning gives every running sequence its next tokens (one for a decode, the rest of
+// its prompt within the budget for a prefill), preempting the most recently admitted sequences
+// when the KV cache is full.
+func (e *Engine) scheduleRunning(sched []*seqState, budget int) ([]*seqState, int) {
+	for i := 0; i < len(e.running); i++ {
+		s := e.running[i]
+		need := s.length() - s.computed
+		if !e.cfg.ChunkedPrefill && need > 1 {
+			continue // a V0 engine never leaves a prompt half done; cannot happen
+		}
+		n := min(need, budget)
+		if n <= 0 {
+			continue
+		}
+		blocks := ceilDiv(s.computed+n, e.cfg.BlockSize) - s.blocks
+		self := false
+		for blocks > e.free && !self {
+			victim := e.running[len(e.running)-1]
+			e.preemptSeq(victim)
+			self = victim == s
+		}
+		if self {
+			break // s was the most recent sequence left: it gave up its own blocks
+		}
+		e.free -= blocks
+		s.blocks += blocks
+		s.chunk = n
+		budget -= n
+		sched = append(sched, s)
+	}
+	return sched, budget
+}
+
+func (e *Engine) preemptSeq(s *seqState) {
+	e.running = e.running[:len(e.running)-1]
+	e.free += s.blocks
+	s.blocks, s.computed, s.chunk = 0, 0, 0
+	s.preemptions++
+	e.preemptions++
+	e.preempt = true
+	e.waiting = append(e.waiting, nil)
+	copy(e.waiting[1:], e.waiting)
+	e.waiting[0] = s
+	e.it.Preempted = append(e.it.Preempted, s.req.ID)
+}
+
+// admit moves waiting sequences into the batch, first come first served, while the sequence
+// cap, the token budget and the KV cache (less the watermark) allow.
+func (e *Engine) admit(sched []*seqState, budget int) ([]*seqState, int, bool) {
+	admitted := false
+	for len(e.waiting) > 0 && len(e.running) < e.cfg.MaxNumSeqs && budget > 0 {
+		s := e.waiting[0]
+		n := s.length()
+		if n > budget {
+			if !e.cfg.ChunkedPrefill {
+				break
+			}
+			n = budget
+		}
+		blocks := ceilDiv(n, e.cfg.BlockSize)
+		if e.free-blocks < e.cfg.WatermarkBlocks {
+			break
+		}
+		e.waiting = e.waiting[1:]
+		e.free -= blocks
+		s.blocks = blocks
+		s.chunk = n
+		budget -= n
+		e.running = append(e.running, s)
+		sched = append(sched, s)
+		e.it.Admitted = append(e.it.Admitted, s.req.ID)
+		admitted = true
+	}
+	return sched, budget, admitted
+}
+
+// finish removes sequences that produced their last token and frees their blocks.
+func (e *Engine) finish(it *Iteration) {
+	kept := e.running[:0]
+	for _, s := range e.running {
+		if s.generated >= s.req.OutputTokens {
+			e.free += s.blocks
+			s.blocks = 0
+			it.Finished = append(it.Finished, s.req.ID)
+			continue
+		}
+		kept = append(kept, s)
+	}
+	clear(e.running[len(kept):])
+	e.running = kept
+}
+
+func (e *Engine) account(it *Iteration, steps, seqs int, sec float64) {
+	d := seconds(sec)
+	it.Duration, it.Steps, it.Seqs = d, steps, seqs
+	e.steps += uint64(steps)
+	e.busy += d
+	e.seqTime += float64(seqs) * sec
+}
+
+// Advance runs the engine forward by one or more iterations and returns what happened. When
+// the batch is in a steady decode phase (every running sequence decodes, nothing can be
+// admitted) it covers in closed form all iterations up to the next event that changes the
+// batch: a sequence finishing, the KV cache running out of blocks, or the first iteration
+// boundary at or after horizon (an arrival the caller knows of; 0 means none). Otherwise it
+// runs a single Step. Its results equal those of the same number of Steps, up to the rounding
+// of durations to nanoseconds.
+func (e *Engine) Advance(horizon time.Duration) *Iteration {
+	if k := e.steadySteps(); k > 0 {
+		if horizon > 0 {
+			k = e.stepsToReach(k, horizon.Seconds())
+		}
+		return e.decodeStretch(k)
+	}
+	return e.Step()
+}
+
+// steadySteps returns how many identical decode iterations can run before the batch changes,
+// or 0 when the next iteration is not a plain decode of the whole batch.
+func (e *Engine) steadySteps() int {
+	n := len(e.running)
+	if n == 0 || e.admissible() {
+		return 0
+	}
+	bs := e.cfg.BlockSize
+	var cnt [65]int // offsets when bs <= 64; fall back to a slice otherwise
+	var counts []int
+	if bs < len(cnt) {
+		counts = cnt[:bs+1]
+	} else {
+		counts = make([]int, bs+1)
+	}
+	kFinish := math.MaxInt
+	for _, s := range e.running {
+		if s.length()-s.computed != 1 {
+			return 0
+		}
+		kFinish = min(kFinish, s.req.OutputTokens-s.generated)
+		// The first step that needs a new block: the token at position computed+1 opens one
+		// when computed is a multiple of the block size.
+		r := s.blocks*bs - s.computed + 1
+		counts[r]++
+	}
+	// new blocks needed by step k = q*n + sum(counts[1..rem]) for k = q*bs + rem.
+	q := e.free / n
+	left := e.free - q*n
+	rem := 0
+	for r := 1; r < bs && counts[r] <= left; r++ {
+		left -= counts[r]
+		rem = r
+	}
+	kBlocks := q*bs + rem
+	return min(kFinish, kBlocks)
+}
+
+// admissible reports whether a waiting sequence could join the batch in the next iteration.
+func (e *Engine) admissible() bool {
+	if len(e.waiting) == 0 || len(e.running) >= e.cfg.MaxNumSeqs {
+		return false
+	}
+	budget := e.cfg.MaxBatchedTokens
+	if e.cfg.ChunkedPrefill {
+		budget -= len(e.running)
+	}
+	n := e.waiting[0].length()
+	if n > budget {
+		if !e.cfg.ChunkedPrefill {
+			return false
+		}
+		n = budget
+	}
+	return n > 0 && e.free-ceilDiv(n, e.cfg.BlockSize) >= e.cfg.WatermarkBlocks
+}
+
+// stretchSeconds is the duration of k steady decode iterations: iteration i (1-based) costs
+// base + slope*(ctx0 + n*i), where ctx0 is the sum of cached tokens before the first.
+func (e *Engine) stretchSeconds(k int) float64 {
+	n := len(e.running)
+	base, slope := e.cost.decodeLine(n)
+	ctx0 := 0.0
+	for _, s := range e.running {
+		ctx0 += float64(s.computed)
+	}
+	kk := float64(k)
+	return kk*(base+slope*ctx0) + slope*float64(n)*kk*(kk+1)/2
+}
+
+// stepsToReach returns the smallest k' <= k whose stretch lasts at least horizon seconds, or k.
+func (e *Engine) stepsToReach(k int, horizon float64) int {
+	if e.stretchSeconds(k) < horizon {
+		return k
+	}
+	return sort.Search(k, func(i int) bool { return e.stretchSeconds(i+1) >= horizon }) + 1
+}
+
+// decodeStretch runs k steady decode iterations at once.
+func (e *Engine) decodeStretch(k int) *Iteration {
+	it := e.reset()
+	sec := e.stretchSeconds(k)
+	bs := e.cfg.BlockSize
+	for _, s := range e.running {
+		s.computed += k
+		s.generated += k
+		nb := ceilDiv(s.computed, bs)
+		e.free -= nb - s.blocks
+		s.blocks = nb
+		it.Produced = append(it.Produced, Produced{ID: s.req.ID, Tokens: k})
+	}
+	n := len(e.running)
+	e.finish(it)
+	e.account(it, k, n, sec)
+	return it
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }

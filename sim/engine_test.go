@@ -1,0 +1,533 @@
+package sim_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mosaic-sched/mosaic/sim"
+)
+
+// costModel binds a catalog model to a catalog GPU with the built-in profile's coefficients.
+func costModel(tb testing.TB, gpu, model string) *sim.CostModel {
+	tb.Helper()
+	cat := sim.DefaultCatalog()
+	g, err := cat.GPU(gpu)
+	require.NoError(tb, err)
+	m, err := cat.Model(model)
+	require.NoError(tb, err)
+	cm, err := sim.NewCostModel(m, g, sim.DefaultProfile().For(g))
+	require.NoError(tb, err)
+	return cm
+}
+
+func newEngine(tb testing.TB, cfg sim.EngineConfig) *sim.Engine {
+	tb.Helper()
+	eng, err := sim.NewEngine(cfg, costModel(tb, "A100-80GB", "llama-3-8b"))
+	require.NoError(tb, err)
+	return eng
+}
+
+// record is a deep copy of an Iteration, whose slices the engine reuses.
+type record struct {
+	Duration      time.Duration
+	Steps         int
+	Seqs          int
+	PrefillTokens int
+	Produced      []sim.Produced
+	FirstToken    []uint64
+	Finished      []uint64
+	Preempted     []uint64
+	Admitted      []uint64
+}
+
+func snapshot(it *sim.Iteration) record {
+	return record{
+		Duration:      it.Duration,
+		Steps:         it.Steps,
+		Seqs:          it.Seqs,
+		PrefillTokens: it.PrefillTokens,
+		Produced:      slices.Clone(it.Produced),
+		FirstToken:    slices.Clone(it.FirstToken),
+		Finished:      slices.Clone(it.Finished),
+		Preempted:     slices.Clone(it.Preempted),
+		Admitted:      slices.Clone(it.Admitted),
+	}
+}
+
+// randomRequests draws n requests whose full sequence fits both the cache and, for engines
+// without chunked prefill, the token budget.
+func randomRequests(rng *rand.Rand, n, maxPrompt, maxOutput int) []sim.Request {
+	reqs := make([]sim.Request, n)
+	for i := range reqs {
+		reqs[i] = sim.Request{
+			ID:           uint64(i + 1),
+			PromptTokens: 1 + rng.IntN(maxPrompt),
+			OutputTokens: 1 + rng.IntN(maxOutput),
+		}
+	}
+	return reqs
+}
+
+// checker drives an engine and checks its invariants after every call: tokens are conserved,
+// each request gets its first token and finishes exactly once, the KV cache never overflows,
+// the batch respects its caps, and preemption always evicts the most recently admitted
+// sequence.
+type checker struct {
+	t       *testing.T
+	eng     *sim.Engine
+	cfg     sim.EngineConfig
+	want    map[uint64]int // output tokens of every added request
+	tokens  map[uint64]int
+	first   map[uint64]int
+	done    map[uint64]int
+	running []uint64 // admission order, as the engine's promises imply it
+	order   []uint64 // finish order
+	records []record
+	steps   uint64
+	busy    time.Duration
+}
+
+func newChecker(t *testing.T, eng *sim.Engine) *checker {
+	return &checker{
+		t: t, eng: eng, cfg: eng.Config(),
+		want: map[uint64]int{}, tokens: map[uint64]int{}, first: map[uint64]int{}, done: map[uint64]int{},
+	}
+}
+
+func (c *checker) add(r sim.Request) {
+	require.NoError(c.t, c.eng.Add(r))
+	c.want[r.ID] = r.OutputTokens
+}
+
+func (c *checker) call(advance bool) record {
+	t := c.t
+	var it *sim.Iteration
+	if advance {
+		it = c.eng.Advance(0)
+	} else {
+		it = c.eng.Step()
+	}
+	rec := snapshot(it)
+	c.records = append(c.records, rec)
+	c.steps += uint64(rec.Steps)
+	c.busy += rec.Duration
+
+	usage := c.eng.KVUsage()
+	require.GreaterOrEqual(t, usage, 0.0, "KV usage")
+	require.LessOrEqual(t, usage, 1.0, "KV usage")
+	require.LessOrEqual(t, rec.Seqs, c.cfg.MaxNumSeqs, "batch larger than max_num_seqs")
+	require.LessOrEqual(t, rec.PrefillTokens, c.cfg.MaxBatchedTokens, "prefill beyond the token budget")
+	if rec.Steps == 1 {
+		// One iteration: every scheduled sequence costs at least one token of the budget.
+		require.LessOrEqual(t, rec.PrefillTokens+rec.Seqs-len(rec.Produced), c.cfg.MaxBatchedTokens)
+	}
+	require.GreaterOrEqual(t, rec.Duration, time.Duration(0))
+	if rec.Steps == 0 {
+		require.Zero(t, rec.Duration)
+		require.Empty(t, rec.Produced)
+	} else {
+		require.Positive(t, rec.Duration)
+	}
+
+	// Preemption evicts from the end of the running batch, before anything is admitted.
+	for _, id := range rec.Preempted {
+		require.NotEmpty(t, c.running, "preempted %d with nothing running", id)
+		last := c.running[len(c.running)-1]
+		require.Equal(t, last, id, "preempted %d, but the most recently admitted sequence is %d (running %v)", id, last, c.running)
+		c.running = c.running[:len(c.running)-1]
+	}
+	if !c.cfg.ChunkedPrefill && len(rec.Admitted) > 0 {
+		// V0: an iteration that admits runs only the admitted prompts, each to its end.
+		ids := make([]uint64, 0, len(rec.Produced))
+		for _, p := range rec.Produced {
+			ids = append(ids, p.ID)
+		}
+		require.Equal(t, rec.Admitted, ids, "a V0 prefill iteration must run only, and all of, its new prompts")
+	}
+	for _, id := range rec.Admitted {
+		_, known := c.want[id]
+		require.True(t, known, "admitted unknown request %d", id)
+		require.NotContains(t, c.running, id, "admitted %d twice", id)
+		c.running = append(c.running, id)
+	}
+	for _, p := range rec.Produced {
+		require.Contains(t, c.running, p.ID, "request %d produced tokens while not running", p.ID)
+		require.Positive(t, p.Tokens)
+		require.LessOrEqual(t, p.Tokens, rec.Steps)
+		c.tokens[p.ID] += p.Tokens
+		require.LessOrEqual(t, c.tokens[p.ID], c.want[p.ID], "request %d produced more than it asked for", p.ID)
+	}
+	for _, id := range rec.FirstToken {
+		c.first[id]++
+		require.Equal(t, 1, c.first[id], "request %d got its first token twice", id)
+		require.Equal(t, c.tokens[id], rec.produced(id), "first token of %d outside the iteration's production", id)
+	}
+	for _, id := range rec.Finished {
+		c.done[id]++
+		require.Equal(t, 1, c.done[id], "request %d finished twice", id)
+		require.Equal(t, c.want[id], c.tokens[id], "request %d finished with the wrong number of tokens", id)
+		i := slices.Index(c.running, id)
+		require.GreaterOrEqual(t, i, 0, "finished %d was not running", id)
+		c.running = slices.Delete(c.running, i, i+1)
+		c.order = append(c.order, id)
+	}
+	require.Equal(t, len(c.running), c.eng.Running(), "running batch")
+	st := c.eng.Stats()
+	require.Equal(t, c.steps, st.Steps)
+	require.Equal(t, c.busy, st.Busy)
+	return rec
+}
+
+func (r record) produced(id uint64) int {
+	for _, p := range r.Produced {
+		if p.ID == id {
+			return p.Tokens
+		}
+	}
+	return 0
+}
+
+// drain calls the engine until it is idle and checks the end state.
+func (c *checker) drain(advance bool) {
+	t := c.t
+	stalled := 0
+	for i := 0; !c.eng.Idle(); i++ {
+		require.Less(t, i, 1_000_000, "engine did not drain")
+		rec := c.call(advance)
+		if rec.Steps == 0 && len(rec.Preempted) == 0 {
+			stalled++
+			require.Less(t, stalled, 3, "engine stalled with work queued")
+		} else {
+			stalled = 0
+		}
+	}
+	c.finalCheck()
+}
+
+func (c *checker) finalCheck() {
+	t := c.t
+	require.Zero(t, c.eng.Waiting())
+	require.Zero(t, c.eng.Running())
+	assert.Zero(t, c.eng.KVUsage(), "KV blocks leaked")
+	assert.Len(t, c.order, len(c.want), "every request finishes")
+	for id, want := range c.want {
+		assert.Equal(t, want, c.tokens[id], "tokens of request %d", id)
+		assert.Equal(t, 1, c.first[id], "first tokens of request %d", id)
+		assert.Equal(t, 1, c.done[id], "finishes of request %d", id)
+	}
+	preempted := 0
+	for _, r := range c.records {
+		preempted += len(r.Preempted)
+	}
+	assert.Equal(t, preempted, c.eng.Stats().Preemptions)
+}
+
+type engineCase struct {
+	name string
+	cfg  sim.EngineConfig
+}
+
+// engineCases are small caches (so that preemption happens), with small and large batches,
+// chunked prefill on and off.
+func engineCases() []engineCase {
+	var cases []engineCase
+	for _, chunked := range []bool{true, false} {
+		for _, seqs := range []int{2, 5, 64} {
+			for _, blocks := range []int{40, 400} {
+				cases = append(cases, engineCase{
+					name: fmt.Sprintf("chunked=%t/seqs=%d/blocks=%d", chunked, seqs, blocks),
+					cfg: sim.EngineConfig{
+						MaxNumSeqs: seqs, MaxBatchedTokens: 512, ChunkedPrefill: chunked,
+						BlockSize: 16, NumBlocks: blocks, WatermarkBlocks: 1,
+					},
+				})
+			}
+		}
+	}
+	return cases
+}
+
+var seeds = []uint64{1, 2, 3, 4, 5}
+
+// workload fits every configuration of engineCases: at most 300 + 200 = 500 tokens, which is
+// within the 512-token budget and the 39 usable blocks of 16 tokens.
+func workload(seed uint64) []sim.Request {
+	return randomRequests(sim.Stream(seed, "engine-test"), 40, 300, 200)
+}
+
+func TestEngineInvariants(t *testing.T) {
+	for _, tc := range engineCases() {
+		for _, seed := range seeds {
+			for _, advance := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/seed=%d/advance=%t", tc.name, seed, advance), func(t *testing.T) {
+					c := newChecker(t, newEngine(t, tc.cfg))
+					reqs := workload(seed)
+					// Half up front, the rest trickling in between calls.
+					for _, r := range reqs[:len(reqs)/2] {
+						c.add(r)
+					}
+					rng := sim.Stream(seed, "arrivals")
+					for _, r := range reqs[len(reqs)/2:] {
+						for k := rng.IntN(4); k > 0 && !c.eng.Idle(); k-- {
+							c.call(advance)
+						}
+						c.add(r)
+					}
+					c.drain(advance)
+				})
+			}
+		}
+	}
+}
+
+// TestAdvanceMatchesStep checks that Advance's closed-form decode stretches give the results
+// of stepping one iteration at a time.
+func TestAdvanceMatchesStep(t *testing.T) {
+	for _, tc := range engineCases() {
+		for _, seed := range seeds {
+			t.Run(fmt.Sprintf("%s/seed=%d", tc.name, seed), func(t *testing.T) {
+				run := func(advance bool) *checker {
+					c := newChecker(t, newEngine(t, tc.cfg))
+					for _, r := range workload(seed) {
+						c.add(r)
+					}
+					c.drain(advance)
+					return c
+				}
+				step, adv := run(false), run(true)
+				assert.Equal(t, step.order, adv.order, "finish order")
+				assert.Equal(t, step.tokens, adv.tokens, "tokens per request")
+				assert.Equal(t, firstOrder(step.records), firstOrder(adv.records), "first-token order")
+				assert.Equal(t, step.steps, adv.steps, "iterations")
+				assert.Equal(t, step.eng.Stats().Preemptions, adv.eng.Stats().Preemptions, "preemptions")
+				assert.LessOrEqual(t, len(adv.records), len(step.records))
+				tol := time.Duration(step.steps) * time.Microsecond
+				assert.InDelta(t, float64(step.busy), float64(adv.busy), float64(tol), "total duration")
+				// Finish times too, not only the total.
+				sf, af := finishTimes(step.records), finishTimes(adv.records)
+				for id, want := range sf {
+					assert.InDelta(t, float64(want), float64(af[id]), float64(tol), "finish time of %d", id)
+				}
+			})
+		}
+	}
+}
+
+func firstOrder(recs []record) []uint64 {
+	var ids []uint64
+	for _, r := range recs {
+		ids = append(ids, r.FirstToken...)
+	}
+	return ids
+}
+
+func finishTimes(recs []record) map[uint64]time.Duration {
+	out := map[uint64]time.Duration{}
+	var now time.Duration
+	for _, r := range recs {
+		now += r.Duration
+		for _, id := range r.Finished {
+			out[id] = now
+		}
+	}
+	return out
+}
+
+func TestEngineDeterministic(t *testing.T) {
+	for _, tc := range engineCases() {
+		for _, advance := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/advance=%t", tc.name, advance), func(t *testing.T) {
+				run := func() []record {
+					c := newChecker(t, newEngine(t, tc.cfg))
+					for _, r := range workload(7) {
+						c.add(r)
+					}
+					c.drain(advance)
+					return c.records
+				}
+				require.Equal(t, run(), run())
+			})
+		}
+	}
+}
+
+func TestAddRejects(t *testing.T) {
+	// 20 blocks of 16 tokens, 2 kept as watermark: 288 tokens fit one sequence.
+	cfg := func(chunked bool) sim.EngineConfig {
+		return sim.EngineConfig{
+			MaxNumSeqs: 4, MaxBatchedTokens: 256, ChunkedPrefill: chunked,
+			BlockSize: 16, NumBlocks: 20, WatermarkBlocks: 2,
+		}
+	}
+	tests := []struct {
+		name    string
+		chunked bool
+		req     sim.Request
+		wantErr string // empty: accepted
+	}{
+		{"zero prompt", true, sim.Request{ID: 1, PromptTokens: 0, OutputTokens: 5}, "must be positive"},
+		{"negative prompt", true, sim.Request{ID: 1, PromptTokens: -3, OutputTokens: 5}, "must be positive"},
+		{"zero output", true, sim.Request{ID: 1, PromptTokens: 5, OutputTokens: 0}, "must be positive"},
+		{"negative output", false, sim.Request{ID: 1, PromptTokens: 5, OutputTokens: -1}, "must be positive"},
+		{"fills the cache exactly", true, sim.Request{ID: 1, PromptTokens: 200, OutputTokens: 88}, ""},
+		{"one token too many for the cache", true, sim.Request{ID: 1, PromptTokens: 200, OutputTokens: 89}, "KV blocks"},
+		{"far too large for the cache", true, sim.Request{ID: 1, PromptTokens: 100_000, OutputTokens: 1}, "KV blocks"},
+		{"chunked prompt beyond the budget", true, sim.Request{ID: 1, PromptTokens: 280, OutputTokens: 1}, ""},
+		{"V0 sequence within the budget", false, sim.Request{ID: 1, PromptTokens: 200, OutputTokens: 56}, ""},
+		{"V0 sequence beyond the budget", false, sim.Request{ID: 1, PromptTokens: 200, OutputTokens: 57}, "token budget"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			eng := newEngine(t, cfg(tt.chunked))
+			err := eng.Add(tt.req)
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				assert.Equal(t, 1, eng.Waiting())
+				// An accepted request must also be servable.
+				c := newChecker(t, eng)
+				c.want[tt.req.ID] = tt.req.OutputTokens
+				c.drain(true)
+				return
+			}
+			require.ErrorContains(t, err, tt.wantErr)
+			assert.True(t, eng.Idle(), "a rejected request must not be queued")
+		})
+	}
+}
+
+func TestEngineConfigValidate(t *testing.T) {
+	ok := sim.EngineConfig{MaxNumSeqs: 4, MaxBatchedTokens: 64, BlockSize: 16, NumBlocks: 8, WatermarkBlocks: 1}
+	tests := []struct {
+		name string
+		edit func(*sim.EngineConfig)
+	}{
+		{"no sequences", func(c *sim.EngineConfig) { c.MaxNumSeqs = 0 }},
+		{"budget below max_num_seqs", func(c *sim.EngineConfig) { c.MaxBatchedTokens = 3 }},
+		{"no block size", func(c *sim.EngineConfig) { c.BlockSize = 0 }},
+		{"no blocks", func(c *sim.EngineConfig) { c.NumBlocks = 0 }},
+		{"negative watermark", func(c *sim.EngineConfig) { c.WatermarkBlocks = -1 }},
+		{"watermark is the whole cache", func(c *sim.EngineConfig) { c.WatermarkBlocks = 8 }},
+	}
+	require.NoError(t, ok.Validate())
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := ok
+			tt.edit(&cfg)
+			require.Error(t, cfg.Validate())
+			_, err := sim.NewEngine(cfg, costModel(t, "A100-80GB", "llama-3-8b"))
+			require.Error(t, err)
+		})
+	}
+}
+
+// TestPreemption fills a tiny cache with sequences that all grow, so the engine must evict;
+// checker.call verifies on every iteration that the victim is the most recently admitted.
+func TestPreemption(t *testing.T) {
+	for _, chunked := range []bool{true, false} {
+		for _, advance := range []bool{false, true} {
+			t.Run(fmt.Sprintf("chunked=%t/advance=%t", chunked, advance), func(t *testing.T) {
+				eng := newEngine(t, sim.EngineConfig{
+					MaxNumSeqs: 8, MaxBatchedTokens: 512, ChunkedPrefill: chunked,
+					BlockSize: 16, NumBlocks: 24, WatermarkBlocks: 0,
+				})
+				c := newChecker(t, eng)
+				// Four prompts of 4 blocks that grow to 9 blocks each: 36 > 24.
+				for id := uint64(1); id <= 4; id++ {
+					c.add(sim.Request{ID: id, PromptTokens: 64, OutputTokens: 80})
+				}
+				c.drain(advance)
+				st := eng.Stats()
+				require.Positive(t, st.Preemptions)
+				// The first victim is the last of the four admitted together.
+				for _, r := range c.records {
+					if len(r.Preempted) > 0 {
+						assert.Equal(t, uint64(4), r.Preempted[0])
+						break
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestServeArrivals(t *testing.T) {
+	for _, chunked := range []bool{true, false} {
+		for _, seed := range seeds {
+			t.Run(fmt.Sprintf("chunked=%t/seed=%d", chunked, seed), func(t *testing.T) {
+				eng := newEngine(t, sim.EngineConfig{
+					MaxNumSeqs: 6, MaxBatchedTokens: 512, ChunkedPrefill: chunked,
+					BlockSize: 16, NumBlocks: 60, WatermarkBlocks: 1,
+				})
+				rng := sim.Stream(seed, "serve")
+				reqs := randomRequests(rng, 50, 300, 200)
+				arrivals := make([]sim.Arrival, len(reqs))
+				var want int64
+				var last time.Duration
+				for i, r := range reqs {
+					// Out of order, with ties and with gaps during which the engine idles.
+					at := time.Duration(rng.IntN(40)) * 50 * time.Millisecond
+					arrivals[i] = sim.Arrival{At: at, Request: r}
+					want += int64(r.OutputTokens)
+					last = max(last, at)
+				}
+				res, err := sim.Serve(eng, arrivals)
+				require.NoError(t, err)
+				assert.Equal(t, len(reqs), res.Requests)
+				assert.Equal(t, want, res.OutputTokens)
+				assert.GreaterOrEqual(t, res.Makespan, last, "makespan before the last arrival")
+				require.Len(t, res.Times, len(reqs))
+				var latest time.Duration
+				for i, tm := range res.Times {
+					a := arrivals[i]
+					assert.Equal(t, a.ID, tm.ID, "times are in the order given")
+					assert.Equal(t, a.At, tm.Arrival)
+					assert.Greater(t, tm.FirstToken, tm.Arrival, "request %d got a token before it arrived", a.ID)
+					assert.GreaterOrEqual(t, tm.Finish, tm.FirstToken, "request %d", a.ID)
+					if a.OutputTokens == 1 {
+						assert.Equal(t, tm.FirstToken, tm.Finish, "request %d", a.ID)
+					}
+					latest = max(latest, tm.Finish)
+				}
+				assert.Equal(t, latest, res.Makespan)
+				assert.True(t, eng.Idle())
+				assert.LessOrEqual(t, res.Stats.Busy, res.Makespan)
+			})
+		}
+	}
+}
+
+func TestServeErrors(t *testing.T) {
+	cfg := sim.EngineConfig{MaxNumSeqs: 4, MaxBatchedTokens: 256, ChunkedPrefill: true, BlockSize: 16, NumBlocks: 32}
+	tests := []struct {
+		name    string
+		reqs    []sim.Arrival
+		wantErr string
+	}{
+		{"duplicate id", []sim.Arrival{
+			{Request: sim.Request{ID: 1, PromptTokens: 10, OutputTokens: 1}},
+			{At: time.Second, Request: sim.Request{ID: 1, PromptTokens: 10, OutputTokens: 1}},
+		}, "duplicate request id 1"},
+		{"too large for the cache", []sim.Arrival{
+			{Request: sim.Request{ID: 1, PromptTokens: 10, OutputTokens: 1}},
+			{At: time.Second, Request: sim.Request{ID: 2, PromptTokens: 1000, OutputTokens: 1}},
+		}, "request 2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := sim.Serve(newEngine(t, cfg), tt.reqs)
+			require.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+	t.Run("no requests", func(t *testing.T) {
+		res, err := sim.Serve(newEngine(t, cfg), nil)
+		require.NoError(t, err)
+		assert.Zero(t, res.Makespan)
+		assert.Zero(t, res.OutputThroughput())
+	})
+}

@@ -1,0 +1,99 @@
+package traces
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+)
+
+// LengthDist draws token counts.
+type LengthDist interface {
+	// Sample draws one length, always in [1, Max()].
+	Sample(r *rand.Rand) int
+	// Mean is the distribution's mean after truncation, as far as it is known in closed form
+	// (the untruncated mean for lognormals).
+	Mean() float64
+	// Max is the largest length the distribution returns.
+	Max() int
+	// String describes the distribution for tables and logs.
+	String() string
+}
+
+// Fixed always returns the same length.
+type Fixed int
+
+// Sample implements LengthDist.
+func (f Fixed) Sample(*rand.Rand) int { return int(f) }
+
+// Mean implements LengthDist.
+func (f Fixed) Mean() float64 { return float64(f) }
+
+// Max implements LengthDist.
+func (f Fixed) Max() int { return int(f) }
+
+func (f Fixed) String() string { return fmt.Sprintf("fixed %d", int(f)) }
+
+// z99 is the 0.99 quantile of the standard normal distribution.
+const z99 = 2.3263478740408408
+
+// LogNormal is a lognormal length distribution given by its mean and 99th percentile,
+// truncated to [MinLen, MaxLen] by clamping. Heavy-tailed outputs of reasoning models are
+// modelled this way.
+type LogNormal struct {
+	Mu, Sigma      float64
+	MinLen, MaxLen int
+	mean, p99      float64
+}
+
+// NewLogNormal solves for the lognormal with the given mean and p99:
+// mean = exp(mu + sigma^2/2) and p99 = exp(mu + z99*sigma), so
+// sigma = z99 - sqrt(z99^2 - 2 ln(p99/mean)), which needs mean < p99 <= e^(z99^2/2) * mean (about 15 x).
+func NewLogNormal(mean, p99 float64, minLen, maxLen int) (*LogNormal, error) {
+	switch {
+	case !(mean > 0):
+		return nil, errors.New("mean must be positive")
+	case !(p99 > mean):
+		return nil, fmt.Errorf("p99 (%g) must be larger than the mean (%g)", p99, mean)
+	case minLen < 1:
+		return nil, errors.New("min must be at least 1")
+	case maxLen < minLen:
+		return nil, fmt.Errorf("max (%d) must be at least min (%d)", maxLen, minLen)
+	}
+	d := z99*z99 - 2*math.Log(p99/mean)
+	if d < 0 {
+		return nil, fmt.Errorf("p99/mean = %.1f is too large for a lognormal (at most %.1f)", p99/mean, math.Exp(z99*z99/2))
+	}
+	sigma := z99 - math.Sqrt(d)
+	return &LogNormal{Mu: math.Log(mean) - sigma*sigma/2, Sigma: sigma, MinLen: minLen, MaxLen: maxLen, mean: mean, p99: p99}, nil
+}
+
+// Sample implements LengthDist.
+func (l *LogNormal) Sample(r *rand.Rand) int {
+	v := math.Round(math.Exp(l.Mu + l.Sigma*r.NormFloat64()))
+	return int(math.Min(math.Max(v, float64(l.MinLen)), float64(l.MaxLen)))
+}
+
+// Mean implements LengthDist: the untruncated mean.
+func (l *LogNormal) Mean() float64 { return l.mean }
+
+// Max implements LengthDist.
+func (l *LogNormal) Max() int { return l.MaxLen }
+
+func (l *LogNormal) String() string {
+	return fmt.Sprintf("lognormal mean %g p99 %g max %d", l.mean, l.p99, l.MaxLen)
+}
+
+// Uniform draws integers uniformly from [Lo, Hi].
+type Uniform struct{ Lo, Hi int }
+
+// Sample implements LengthDist.
+func (u Uniform) Sample(r *rand.Rand) int { return u.Lo + r.IntN(u.Hi-u.Lo+1) }
+
+// Mean implements LengthDist.
+func (u Uniform) Mean() float64 { return float64(u.Lo+u.Hi) / 2 }
+
+// Max implements LengthDist.
+func (u Uniform) Max() int { return u.Hi }
+
+func (u Uniform) String() string { return fmt.Sprintf("uniform %d-%d", u.Lo, u.Hi) }
