@@ -54,7 +54,12 @@ func Decode(path string, data []byte, v any) (*File, error) {
 		if errors.As(err, &pe) {
 			return nil, &Error{Path: path, Line: pe.Position.Line, Key: pe.LastKey, Msg: pe.Message}
 		}
-		return nil, &Error{Path: path, Msg: err.Error()}
+		// Type mismatches come as "toml: line N (last key \"k\"): message".
+		if m := typeErrRE.FindStringSubmatch(err.Error()); m != nil {
+			line, _ := strconv.Atoi(m[1])
+			return nil, &Error{Path: path, Line: line, Key: m[2], Msg: m[3]}
+		}
+		return nil, &Error{Path: path, Msg: strings.TrimPrefix(err.Error(), "toml: ")}
 	}
 	if und := md.Undecoded(); len(und) > 0 {
 		k := und[0]
@@ -84,6 +89,8 @@ func (f *File) resolve(k toml.Key) string {
 	}
 	return best
 }
+
+var typeErrRE = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
 
 var indexRE = regexp.MustCompile(`\[\d+\]`)
 

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mosaic-sched/mosaic/internal/dataset"
+)
+
+func runCLI(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = run(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestQuickstart(t *testing.T) {
+	code, out, errOut := runCLI("sim")
+	require.Equal(t, 0, code, errOut)
+	for _, want := range []string{"batch latency s", "output throughput tok/s", "mean batch size", "preemptions"} {
+		assert.Contains(t, out, want)
+	}
+}
+
+func TestSimSameSeedSameOutput(t *testing.T) {
+	_, a, _ := runCLI("sim", "--seed", "5", "--set", "workload.requests=100")
+	_, b, _ := runCLI("sim", "--set", "workload.requests=100", "--seed", "5")
+	assert.Equal(t, a, b)
+	assert.Contains(t, a, "requests                 100")
+}
+
+func TestExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.toml")
+	require.NoError(t, os.WriteFile(bad, []byte("name = \"x\"\n[cluster]\ngpu = \"A100-80GB\"\n[[model]]\nname = \"m\"\narch = \"llama-3-8b\"\n[workload]\nrequets = 3\n"), 0o644))
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no command", nil, 2, "usage: mosaic"},
+		{"unknown command", []string{"simulate"}, 2, `unknown command "simulate"`},
+		{"bad flag", []string{"sim", "--sed", "1"}, 2, "flag provided but not defined"},
+		{"misspelt key", []string{"sim", bad}, 1, "bad.toml:8: workload.requets: unknown key"},
+		{"missing file", []string{"sim", filepath.Join(dir, "none.toml")}, 1, "no such file"},
+		{"bad set", []string{"sim", "--set", "workload.x=1"}, 2, `unknown key "x"`},
+		{"calibrate without data", []string{"calibrate"}, 2, "--data FILE is required"},
+		{"calibrate bad csv", []string{"calibrate", "--data", bad}, 1, "bad.toml:1: reading header"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, _, errOut := runCLI(tc.args...)
+			assert.Equal(t, tc.code, code)
+			assert.Contains(t, errOut, tc.want)
+		})
+	}
+}
+
+func TestCalibrateCommand(t *testing.T) {
+	path, ok := dataset.File("profiles/argonne_inference_bench_no_h100.csv")
+	if !ok {
+		t.Skipf("shared data not found: set %s to run the calibration command test", dataset.Env)
+	}
+	prof := filepath.Join(t.TempDir(), "p.toml")
+	code, out, errOut := runCLI("calibrate", "--data", path, "--framework", "vLLM", "--gpus", "1", "--gpu", "A100-40GB",
+		"--model", "llama-2-7b", "--fit", "-o", prof)
+	require.Equal(t, 0, code, errOut)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	assert.True(t, strings.HasPrefix(lines[0], "model "))
+	assert.Regexp(t, `^MAPE \d+\.\d+% over 20 rows$`, lines[len(lines)-1])
+	data, err := os.ReadFile(prof)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), "[gpu.a100-40gb]")
+
+	// The written profile loads and predicts the same rows without fitting.
+	code, out2, errOut := runCLI("calibrate", "--data", path, "--gpu", "A100-40GB", "--model", "llama-2-7b", "--profile", prof)
+	require.Equal(t, 0, code, errOut)
+	last := func(s string) string { l := strings.Split(strings.TrimSpace(s), "\n"); return l[len(l)-1] }
+	assert.Equal(t, last(out), last(out2))
+}
