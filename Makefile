@@ -42,10 +42,14 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
-# Refit the built-in cost-model profile on the shared measurements.
+# Refit the built-in cost-model profile on the shared measurements: the compute efficiency from
+# operator-level profiles, everything else from end-to-end batch latencies.
 profile: build
 	./$(BIN) calibrate --data $(MOSAIC_DATA)/profiles/argonne_inference_bench_no_h100.csv \
-		--framework vLLM --gpus 1 --gpu A100-40GB --fit -o sim/catalog/profile.toml
+		--framework vLLM --gpus 1 --gpu A100-40GB --fit \
+		--operators $(MOSAIC_DATA)/profiles/vidur/a100__meta-llama__Llama-2-7b-hf__mlp.csv.gz \
+		--operators $(MOSAIC_DATA)/profiles/vidur/a100__meta-llama__Meta-Llama-3-8B__mlp.csv.gz \
+		-o sim/catalog/profile.toml
 
 clean:
 	rm -rf bin

@@ -136,6 +136,12 @@ func NewCostModel(m *Model, g *GPU, c Coefficients) (*CostModel, error) {
 	return cm, nil
 }
 
+// LinearWork returns the FLOPs per token of the transformer blocks' linear layers (2 * N_lin)
+// and the bytes of their weights (N_lin * dtype_bytes), the LM head excluded.
+func (c *CostModel) LinearWork() (flopsPerToken, weightBytes float64) {
+	return c.flopsPerToken, c.flopsPerToken / 2 * float64(c.Model.DtypeBytes)
+}
+
 // IterationSeconds returns the duration of one iteration serving b, in seconds.
 func (c *CostModel) IterationSeconds(b Batch) float64 {
 	if b.Tokens == 0 {

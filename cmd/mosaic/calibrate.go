@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -23,6 +24,8 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	gpu := fs.String("gpu", "", "simulate on this catalog GPU, keeping only rows of its hardware")
 	var models multiFlag
 	fs.Var(&models, "model", "keep only this model (catalog id or alias; repeatable)")
+	var operators multiFlag
+	fs.Var(&operators, "operators", "operator-level profile (Vidur *__mlp.csv.gz) that pins the fitted GPU's compute efficiency (repeatable)")
 	fit := fs.Bool("fit", false, "fit the GPU's cost-model coefficients on the rows before predicting")
 	out := fs.String("o", "", "write the (fitted) profile as TOML to this file")
 	profile := fs.String("profile", "", "predict with this profile instead of the built-in one")
@@ -77,11 +80,39 @@ func runCalibrate(args []string, stdout io.Writer) error {
 		}
 		byGPU[c.GPU] = append(byGPU[c.GPU], c)
 	}
+	w := bufio.NewWriter(stdout)
+	var opts calibrate.FitOptions
+	computeEff := 0.0
+	for _, path := range operators {
+		if len(gpuOrder) != 1 {
+			return fmt.Errorf("%w: --operators needs the rows of a single GPU; choose one with --gpu", errUsage)
+		}
+		rows, err := calibrate.ReadOperators(path)
+		if err != nil {
+			return err
+		}
+		m, err := calibrate.OperatorModel(path, cat)
+		if err != nil {
+			return err
+		}
+		le, err := calibrate.FitLinear(rows, m, gpuOrder[0])
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		fmt.Fprintf(w, "operators %s: %s, %d rows: compute efficiency %.3f (median, >= 1024 tokens), weight-streaming efficiency %.3f against %s's %g GB/s\n",
+			filepath.Base(path), m.ID, le.Rows, le.Compute, le.Memory, gpuOrder[0].Name, gpuOrder[0].HBMGBps)
+		computeEff += le.Compute / float64(len(operators))
+		opts.KeepCompute = true
+	}
 	if *fit {
 		for _, g := range gpuOrder {
 			start := time.Now()
 			slog.Info("fitting", "gpu", g.Name, "rows", len(byGPU[g]))
-			fr, err := calibrate.Fit(byGPU[g], prof.For(g))
+			startCoef := prof.For(g)
+			if opts.KeepCompute {
+				startCoef.ComputeEfficiency = computeEff
+			}
+			fr, err := calibrate.Fit(byGPU[g], startCoef, opts)
 			if err != nil {
 				return err
 			}
@@ -98,7 +129,6 @@ func runCalibrate(args []string, stdout io.Writer) error {
 		return err
 	}
 	calibrate.Sort(preds)
-	w := bufio.NewWriter(stdout)
 	fmt.Fprintf(w, "%-42s %6s %4s %11s %11s %9s %6s\n", "model", "L", "B", "measured_s", "predicted_s", "error_pct", "preempt")
 	for _, p := range preds {
 		fmt.Fprintf(w, "%-42s %6d %4d %11.3f %11.3f %+9.2f %6d\n", p.Model.ID, p.Length, p.Batch, p.Latency, p.Predicted, p.ErrorPct(), p.Preemptions)

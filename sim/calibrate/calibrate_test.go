@@ -57,7 +57,7 @@ func TestFitFromPoorStart(t *testing.T) {
 	start := sim.DefaultProfile().Default
 	start.ComputeEfficiency, start.MemoryEfficiency, start.AttentionEfficiency = 0.5, 0.5, 0.5
 	start.IterationOverheadMS, start.PerSeqOverheadMS, start.ReserveGiB = 5, 0.1, 4
-	fr, err := calibrate.Fit(cases, start)
+	fr, err := calibrate.Fit(cases, start, calibrate.FitOptions{})
 	require.NoError(t, err)
 	assert.LessOrEqual(t, fr.MAPE, 10.0)
 	require.NoError(t, fr.Coef.Validate())
@@ -67,7 +67,7 @@ func TestFitFromPoorStart(t *testing.T) {
 // at L=2048); an 80 GB card would hold those batches. The 40 GB fit must be the better one.
 func TestA100MemorySize(t *testing.T) {
 	fit := func(gpu string) float64 {
-		fr, err := calibrate.Fit(loadA100(t, gpu), sim.DefaultProfile().Default)
+		fr, err := calibrate.Fit(loadA100(t, gpu), sim.DefaultProfile().Default, calibrate.FitOptions{})
 		require.NoError(t, err)
 		return fr.MAPE
 	}
@@ -107,4 +107,32 @@ func TestSelectSkipsUnknown(t *testing.T) {
 
 	_, err = calibrate.Select(rows, sim.DefaultCatalog(), calibrate.Filter{GPU: "TPU-v9"})
 	assert.ErrorContains(t, err, `unknown GPU "TPU-v9"`)
+}
+
+// Operator-level profiles of the same model on A100 and H100 give nearly the same fraction of
+// each GPU's datasheet peak: the premise that unmeasured GPUs can take fitted efficiencies.
+func TestOperatorEfficienciesTransfer(t *testing.T) {
+	cat := sim.DefaultCatalog()
+	eff := func(file, gpu string) calibrate.LinearEfficiency {
+		path, ok := dataset.File("profiles/vidur/" + file)
+		if !ok {
+			t.Skipf("shared data not found: set %s to run operator-profile tests", dataset.Env)
+		}
+		rows, err := calibrate.ReadOperators(path)
+		require.NoError(t, err)
+		m, err := calibrate.OperatorModel(path, cat)
+		require.NoError(t, err)
+		g, err := cat.GPU(gpu)
+		require.NoError(t, err)
+		le, err := calibrate.FitLinear(rows, m, g)
+		require.NoError(t, err)
+		return le
+	}
+	a := eff("a100__meta-llama__Llama-2-7b-hf__mlp.csv.gz", "A100-80GB")
+	h := eff("h100__meta-llama__Llama-2-7b-hf__mlp.csv.gz", "H100-80GB")
+	t.Logf("A100: compute %.3f memory %.3f; H100: compute %.3f memory %.3f", a.Compute, a.Memory, h.Compute, h.Memory)
+	assert.InDelta(t, a.Compute, h.Compute, 0.1*a.Compute)
+	assert.InDelta(t, a.Memory, h.Memory, 0.1*a.Memory)
+	// And the built-in profile's compute efficiency is the operator-level one.
+	assert.InDelta(t, a.Compute, sim.DefaultProfile().Default.ComputeEfficiency, 0.05)
 }

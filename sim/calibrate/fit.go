@@ -17,25 +17,50 @@ type FitResult struct {
 	Evaluations int
 }
 
-// The fitted parameters, in an unconstrained space: efficiencies through a logistic function,
-// overheads and the memory reserve through exp.
-func unpack(x []float64, base sim.Coefficients) sim.Coefficients {
+// Parameter indexes of the fit, in an unconstrained space: efficiencies through a logistic
+// function, overheads and the memory reserve through exp.
+const (
+	pCompute = iota
+	pMemory
+	pAttention
+	pIterOverhead
+	pSeqOverhead
+	pReserve
+	numParams
+)
+
+func unpack(x []float64, free []int, base sim.Coefficients) sim.Coefficients {
 	c := base
-	c.ComputeEfficiency = logistic(x[0])
-	c.MemoryEfficiency = logistic(x[1])
-	c.AttentionEfficiency = logistic(x[2])
-	c.IterationOverheadMS = math.Exp(x[3])
-	c.PerSeqOverheadMS = math.Exp(x[4])
-	c.ReserveGiB = math.Exp(x[5])
+	for i, p := range free {
+		switch p {
+		case pCompute:
+			c.ComputeEfficiency = logistic(x[i])
+		case pMemory:
+			c.MemoryEfficiency = logistic(x[i])
+		case pAttention:
+			c.AttentionEfficiency = logistic(x[i])
+		case pIterOverhead:
+			c.IterationOverheadMS = math.Exp(x[i])
+		case pSeqOverhead:
+			c.PerSeqOverheadMS = math.Exp(x[i])
+		case pReserve:
+			c.ReserveGiB = math.Exp(x[i])
+		}
+	}
 	return c
 }
 
-func pack(c sim.Coefficients) []float64 {
-	return []float64{
+func pack(c sim.Coefficients, free []int) []float64 {
+	all := [numParams]float64{
 		logit(c.ComputeEfficiency), logit(c.MemoryEfficiency), logit(c.AttentionEfficiency),
 		math.Log(math.Max(c.IterationOverheadMS, 1e-3)), math.Log(math.Max(c.PerSeqOverheadMS, 1e-4)),
 		math.Log(math.Max(c.ReserveGiB, 0.05)),
 	}
+	x := make([]float64, len(free))
+	for i, p := range free {
+		x[i] = all[p]
+	}
+	return x
 }
 
 func logistic(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
@@ -44,11 +69,18 @@ func logit(p float64) float64 {
 	return math.Log(p / (1 - p))
 }
 
+// FitOptions says which coefficients Fit keeps as given.
+type FitOptions struct {
+	// KeepCompute and KeepMemory keep the linear layers' compute and memory efficiencies, for
+	// example when they were fitted on operator-level measurements (FitOperators).
+	KeepCompute, KeepMemory bool
+}
+
 // Fit finds the coefficients of one GPU that minimise the mean absolute percentage error of the
 // simulated latencies of cases (all measured on that GPU), starting from start. It fits the
-// three efficiencies, the two overheads and the memory reserve; load bandwidth and start-up time
-// are kept from start. Nelder-Mead is restarted from its optimum until it stops improving.
-func Fit(cases []Case, start sim.Coefficients) (FitResult, error) {
+// efficiencies, the two overheads and the memory reserve; load bandwidth and start-up time are
+// kept from start. Nelder-Mead is restarted from its optimum until it stops improving.
+func Fit(cases []Case, start sim.Coefficients, opts FitOptions) (FitResult, error) {
 	if len(cases) == 0 {
 		return FitResult{}, errors.New("calibrate: nothing to fit")
 	}
@@ -58,10 +90,18 @@ func Fit(cases []Case, start sim.Coefficients) (FitResult, error) {
 			return FitResult{}, fmt.Errorf("calibrate: cases span GPUs %s and %s; fit one GPU at a time", gpu.Name, c.GPU.Name)
 		}
 	}
+	var free []int
+	if !opts.KeepCompute {
+		free = append(free, pCompute)
+	}
+	if !opts.KeepMemory {
+		free = append(free, pMemory)
+	}
+	free = append(free, pAttention, pIterOverhead, pSeqOverhead, pReserve)
 	evals := 0
 	objective := func(x []float64) float64 {
 		evals++
-		coef := unpack(x, start)
+		coef := unpack(x, free, start)
 		s := 0.0
 		for _, c := range cases {
 			p, err := Predict(c, coef)
@@ -72,7 +112,7 @@ func Fit(cases []Case, start sim.Coefficients) (FitResult, error) {
 		}
 		return s / float64(len(cases))
 	}
-	x := pack(start)
+	x := pack(start, free)
 	best := objective(x)
 	for round := 0; round < 6; round++ {
 		res, err := optimize.Minimize(optimize.Problem{Func: objective}, x,
@@ -89,5 +129,5 @@ func Fit(cases []Case, start sim.Coefficients) (FitResult, error) {
 		}
 		x, best = res.X, res.F
 	}
-	return FitResult{Coef: unpack(x, start), MAPE: best, Evaluations: evals}, nil
+	return FitResult{Coef: unpack(x, free, start), MAPE: best, Evaluations: evals}, nil
 }
