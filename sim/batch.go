@@ -44,10 +44,13 @@ func (r BatchResult) OutputThroughput() float64 {
 // ErrStalled is returned when an engine makes no progress although it has work.
 var ErrStalled = errors.New("sim: engine stalled with work queued")
 
-// Serve runs the requests on eng in virtual time from 0 until all have finished. Arrivals at
-// the same instant are queued in the order given. It uses Advance, so steady decode phases cost
+// Serve runs the requests on eng, which must be idle, in virtual time from 0 until all have
+// finished. Arrivals at the same instant are queued in the order given. It uses Advance, so steady decode phases cost
 // one step of the loop each, not one per token.
 func Serve(eng *Engine, reqs []Arrival) (BatchResult, error) {
+	if !eng.Idle() {
+		return BatchResult{}, errors.New("sim: Serve needs an idle engine")
+	}
 	order := make([]int, len(reqs))
 	index := make(map[uint64]int, len(reqs))
 	res := BatchResult{Requests: len(reqs), Times: make([]RequestTimes, len(reqs))}

@@ -104,7 +104,9 @@ func (s *seqState) length() int { return s.req.PromptTokens + s.generated }
 type Engine struct {
 	cfg     EngineConfig
 	cost    *CostModel
-	waiting []*seqState // FIFO; preempted sequences go to the front
+	waiting []*seqState // FIFO of new requests, from qhead on
+	qhead   int
+	front   []*seqState // preempted sequences, served before waiting; the last is next
 	running []*seqState // admission order
 	free    int
 	it      Iteration
@@ -136,6 +138,9 @@ func (e *Engine) Add(r Request) error {
 		return fmt.Errorf("request %d: prompt and output tokens must be positive (got %d and %d)", r.ID, r.PromptTokens, r.OutputTokens)
 	}
 	total := r.PromptTokens + r.OutputTokens
+	if limit := e.cost.Model.MaxModelLen; total > limit {
+		return fmt.Errorf("request %d: %d tokens exceed %s's max_model_len %d", r.ID, total, e.cost.Model.ID, limit)
+	}
 	if need := ceilDiv(total, e.cfg.BlockSize); need > e.cfg.NumBlocks-e.cfg.WatermarkBlocks {
 		return fmt.Errorf("request %d: %d tokens need %d KV blocks but the cache holds %d", r.ID, total, need, e.cfg.NumBlocks-e.cfg.WatermarkBlocks)
 	}
@@ -146,14 +151,42 @@ func (e *Engine) Add(r Request) error {
 	return nil
 }
 
+// nextWaiting is the sequence admission would take next, or nil.
+func (e *Engine) nextWaiting() *seqState {
+	if n := len(e.front); n > 0 {
+		return e.front[n-1]
+	}
+	if e.qhead < len(e.waiting) {
+		return e.waiting[e.qhead]
+	}
+	return nil
+}
+
+func (e *Engine) popWaiting() {
+	if n := len(e.front); n > 0 {
+		e.front[n-1] = nil
+		e.front = e.front[:n-1]
+		return
+	}
+	e.waiting[e.qhead] = nil
+	e.qhead++
+	if e.qhead == len(e.waiting) {
+		e.waiting, e.qhead = e.waiting[:0], 0
+	} else if e.qhead > 1024 && e.qhead*2 > len(e.waiting) {
+		n := copy(e.waiting, e.waiting[e.qhead:])
+		clear(e.waiting[n:])
+		e.waiting, e.qhead = e.waiting[:n], 0
+	}
+}
+
 // Idle reports whether the engine has no work.
-func (e *Engine) Idle() bool { return len(e.waiting) == 0 && len(e.running) == 0 }
+func (e *Engine) Idle() bool { return e.Waiting() == 0 && len(e.running) == 0 }
 
 // Running returns the number of sequences in the running batch.
 func (e *Engine) Running() int { return len(e.running) }
 
 // Waiting returns the number of queued sequences.
-func (e *Engine) Waiting() int { return len(e.waiting) }
+func (e *Engine) Waiting() int { return len(e.front) + len(e.waiting) - e.qhead }
 
 // KVUsage returns the fraction of KV blocks in use.
 func (e *Engine) KVUsage() float64 { return 1 - float64(e.free)/float64(e.cfg.NumBlocks) }
@@ -287,9 +320,9 @@ func (e *Engine) preemptSeq(s *seqState) {
 	s.preemptions++
 	e.preemptions++
 	e.preempt = true
-	e.waiting = append(e.waiting, nil)
-	copy(e.waiting[1:], e.waiting)
-	e.waiting[0] = s
+	// Victims are taken newest first and each goes to the front of the queue, so the
+	// last one pushed (the oldest) is admitted first.
+	e.front = append(e.front, s)
 	e.it.Preempted = append(e.it.Preempted, s.req.ID)
 }
 
@@ -297,8 +330,11 @@ func (e *Engine) preemptSeq(s *seqState) {
 // cap, the token budget and the KV cache (less the watermark) allow.
 func (e *Engine) admit(sched []*seqState, budget int) ([]*seqState, int, bool) {
 	admitted := false
-	for len(e.waiting) > 0 && len(e.running) < e.cfg.MaxNumSeqs && budget > 0 {
-		s := e.waiting[0]
+	for len(e.running) < e.cfg.MaxNumSeqs && budget > 0 {
+		s := e.nextWaiting()
+		if s == nil {
+			break
+		}
 		n := s.length()
 		if n > budget {
 			if !e.cfg.ChunkedPrefill {
@@ -310,7 +346,7 @@ func (e *Engine) admit(sched []*seqState, budget int) ([]*seqState, int, bool) {
 		if e.free-blocks < e.cfg.WatermarkBlocks {
 			break
 		}
-		e.waiting = e.waiting[1:]
+		e.popWaiting()
 		e.free -= blocks
 		s.blocks = blocks
 		s.chunk = n
@@ -381,8 +417,8 @@ func (e *Engine) steadySteps() int {
 	}
 	kFinish := math.MaxInt
 	for _, s := range e.running {
-		if s.length()-s.computed != 1 {
-			return 0
+		if s.length()-s.computed != 1 || s.generated == 0 {
+			return 0 // not a decode: a prompt (or its last token) still to prefill
 		}
 		kFinish = min(kFinish, s.req.OutputTokens-s.generated)
 		// The first step that needs a new block: the token at position computed+1 opens one
@@ -404,14 +440,15 @@ func (e *Engine) steadySteps() int {
 
 // admissible reports whether a waiting sequence could join the batch in the next iteration.
 func (e *Engine) admissible() bool {
-	if len(e.waiting) == 0 || len(e.running) >= e.cfg.MaxNumSeqs {
+	head := e.nextWaiting()
+	if head == nil || len(e.running) >= e.cfg.MaxNumSeqs {
 		return false
 	}
 	budget := e.cfg.MaxBatchedTokens
 	if e.cfg.ChunkedPrefill {
 		budget -= len(e.running)
 	}
-	n := e.waiting[0].length()
+	n := head.length()
 	if n > budget {
 		if !e.cfg.ChunkedPrefill {
 			return false
@@ -462,3 +499,30 @@ func (e *Engine) decodeStretch(k int) *Iteration {
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// SteadyPlan returns how many identical decode iterations the engine can run before its batch
+// changes (a finish or the KV cache running out) and how long they take, without running
+// them; steps is 0 when the next iteration is not a plain decode of the whole batch (then call
+// Step). A backend that may be interrupted by arrivals plans a stretch, and later runs all of
+// it (RunSteady) or the part that has elapsed (StepsToReach).
+func (e *Engine) SteadyPlan() (steps int, d time.Duration) {
+	k := e.steadySteps()
+	if k == 0 {
+		return 0, 0
+	}
+	return k, seconds(e.stretchSeconds(k))
+}
+
+// StepsToReach returns the fewest of k planned steady iterations that last at least d (k if
+// they all end before d).
+func (e *Engine) StepsToReach(k int, d time.Duration) int {
+	return e.stepsToReach(k, d.Seconds())
+}
+
+// RunSteady runs k steady decode iterations; k must not exceed what SteadyPlan returned.
+func (e *Engine) RunSteady(k int) *Iteration {
+	if max := e.steadySteps(); k < 1 || k > max {
+		panic(fmt.Sprintf("sim: RunSteady(%d) outside the steady plan (%d)", k, max))
+	}
+	return e.decodeStretch(k)
+}

@@ -79,24 +79,27 @@ func randomRequests(rng *rand.Rand, n, maxPrompt, maxOutput int) []sim.Request {
 // the batch respects its caps, and preemption always evicts the most recently admitted
 // sequence.
 type checker struct {
-	t       *testing.T
-	eng     *sim.Engine
-	cfg     sim.EngineConfig
-	want    map[uint64]int // output tokens of every added request
-	tokens  map[uint64]int
-	first   map[uint64]int
-	done    map[uint64]int
-	running []uint64 // admission order, as the engine's promises imply it
-	order   []uint64 // finish order
-	records []record
-	steps   uint64
-	busy    time.Duration
+	t      *testing.T
+	eng    *sim.Engine
+	cfg    sim.EngineConfig
+	want   map[uint64]int // output tokens of every added request
+	tokens map[uint64]int
+	first  map[uint64]int
+	done   map[uint64]int
+	// decoding marks sequences whose prompt (or recomputation) is done.
+	decoding map[uint64]bool
+	running  []uint64 // admission order, as the engine's promises imply it
+	order    []uint64 // finish order
+	records  []record
+	steps    uint64
+	busy     time.Duration
 }
 
 func newChecker(t *testing.T, eng *sim.Engine) *checker {
 	return &checker{
 		t: t, eng: eng, cfg: eng.Config(),
 		want: map[uint64]int{}, tokens: map[uint64]int{}, first: map[uint64]int{}, done: map[uint64]int{},
+		decoding: map[uint64]bool{},
 	}
 }
 
@@ -124,8 +127,14 @@ func (c *checker) call(advance bool) record {
 	require.LessOrEqual(t, rec.Seqs, c.cfg.MaxNumSeqs, "batch larger than max_num_seqs")
 	require.LessOrEqual(t, rec.PrefillTokens, c.cfg.MaxBatchedTokens, "prefill beyond the token budget")
 	if rec.Steps == 1 {
-		// One iteration: every scheduled sequence costs at least one token of the budget.
-		require.LessOrEqual(t, rec.PrefillTokens+rec.Seqs-len(rec.Produced), c.cfg.MaxBatchedTokens)
+		// One iteration: prompt chunks plus one token per decoding sequence fit the budget.
+		decodes := 0
+		for _, p := range rec.Produced {
+			if c.decoding[p.ID] {
+				decodes++
+			}
+		}
+		require.LessOrEqual(t, rec.PrefillTokens+decodes, c.cfg.MaxBatchedTokens, "iteration beyond the token budget")
 	}
 	require.GreaterOrEqual(t, rec.Duration, time.Duration(0))
 	if rec.Steps == 0 {
@@ -141,6 +150,7 @@ func (c *checker) call(advance bool) record {
 		last := c.running[len(c.running)-1]
 		require.Equal(t, last, id, "preempted %d, but the most recently admitted sequence is %d (running %v)", id, last, c.running)
 		c.running = c.running[:len(c.running)-1]
+		c.decoding[id] = false
 	}
 	if !c.cfg.ChunkedPrefill && len(rec.Admitted) > 0 {
 		// V0: an iteration that admits runs only the admitted prompts, each to its end.
@@ -161,6 +171,7 @@ func (c *checker) call(advance bool) record {
 		require.Positive(t, p.Tokens)
 		require.LessOrEqual(t, p.Tokens, rec.Steps)
 		c.tokens[p.ID] += p.Tokens
+		c.decoding[p.ID] = true
 		require.LessOrEqual(t, c.tokens[p.ID], c.want[p.ID], "request %d produced more than it asked for", p.ID)
 	}
 	for _, id := range rec.FirstToken {
@@ -319,6 +330,77 @@ func TestAdvanceMatchesStep(t *testing.T) {
 	}
 }
 
+// TestAdvanceMatchesStepBlockSizes covers the block sizes at the edges of Advance's
+// block-counting (1 token per block, the 64-entry fast path and beyond it).
+func TestAdvanceMatchesStepBlockSizes(t *testing.T) {
+	for _, bs := range []int{1, 7, 16, 64, 65, 128} {
+		for _, chunked := range []bool{true, false} {
+			t.Run(fmt.Sprintf("block_size=%d/chunked=%t", bs, chunked), func(t *testing.T) {
+				cfg := sim.EngineConfig{
+					MaxNumSeqs: 8, MaxBatchedTokens: 512, ChunkedPrefill: chunked,
+					BlockSize: bs, NumBlocks: 640/bs + 2, WatermarkBlocks: 1,
+				}
+				run := func(advance bool) *checker {
+					c := newChecker(t, newEngine(t, cfg))
+					for _, r := range workload(uint64(bs)) {
+						c.add(r)
+					}
+					c.drain(advance)
+					return c
+				}
+				step, adv := run(false), run(true)
+				assert.Equal(t, step.order, adv.order, "finish order")
+				assert.Equal(t, step.steps, adv.steps, "iterations")
+				assert.Equal(t, step.eng.Stats().Preemptions, adv.eng.Stats().Preemptions, "preemptions")
+				assert.InDelta(t, float64(step.busy), float64(adv.busy), float64(time.Duration(step.steps)*time.Microsecond))
+			})
+		}
+	}
+}
+
+// TestAdvanceOneTokenPromptChunk: when chunked prefill leaves exactly one prompt token for the
+// next iteration, that iteration computes the last prompt token and samples the first output
+// token. Advance must report it as a first token, as Step does, even though the iteration
+// looks like a decode (one token to compute).
+func TestAdvanceOneTokenPromptChunk(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		prompt int
+		output int
+	}{
+		{"one token left", 101, 5},
+		{"one token left, one output", 101, 1},
+		{"two tokens left", 102, 5},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := sim.EngineConfig{MaxNumSeqs: 4, MaxBatchedTokens: 100, ChunkedPrefill: true, BlockSize: 16, NumBlocks: 64}
+			run := func(advance bool) *checker {
+				c := newChecker(t, newEngine(t, cfg))
+				c.add(sim.Request{ID: 1, PromptTokens: tt.prompt, OutputTokens: tt.output})
+				first := c.call(false) // a 100-token chunk
+				require.Equal(t, 100, first.PrefillTokens)
+				require.Empty(t, first.Produced)
+				c.drain(advance)
+				return c
+			}
+			step, adv := run(false), run(true)
+			assert.Equal(t, []uint64{1}, firstOrder(step.records), "Step reports the first token")
+			assert.Equal(t, []uint64{1}, firstOrder(adv.records),
+				"Advance reports the first token (engine.go steadySteps takes a 1-token prompt remainder for a decode)")
+			assert.Equal(t, tt.prompt, prefill(step.records), "Step counts every prompt token as prefill")
+			assert.Equal(t, tt.prompt, prefill(adv.records), "Advance counts every prompt token as prefill")
+		})
+	}
+}
+
+func prefill(recs []record) int {
+	n := 0
+	for _, r := range recs {
+		n += r.PrefillTokens
+	}
+	return n
+}
+
 func firstOrder(recs []record) []uint64 {
 	var ids []uint64
 	for _, r := range recs {
@@ -377,7 +459,8 @@ func TestAddRejects(t *testing.T) {
 		{"negative output", false, sim.Request{ID: 1, PromptTokens: 5, OutputTokens: -1}, "must be positive"},
 		{"fills the cache exactly", true, sim.Request{ID: 1, PromptTokens: 200, OutputTokens: 88}, ""},
 		{"one token too many for the cache", true, sim.Request{ID: 1, PromptTokens: 200, OutputTokens: 89}, "KV blocks"},
-		{"far too large for the cache", true, sim.Request{ID: 1, PromptTokens: 100_000, OutputTokens: 1}, "KV blocks"},
+		{"far too large for the cache", true, sim.Request{ID: 1, PromptTokens: 5_000, OutputTokens: 1}, "KV blocks"},
+		{"beyond the model's context", true, sim.Request{ID: 1, PromptTokens: 8_000, OutputTokens: 193}, "max_model_len 8192"},
 		{"chunked prompt beyond the budget", true, sim.Request{ID: 1, PromptTokens: 280, OutputTokens: 1}, ""},
 		{"V0 sequence within the budget", false, sim.Request{ID: 1, PromptTokens: 200, OutputTokens: 56}, ""},
 		{"V0 sequence beyond the budget", false, sim.Request{ID: 1, PromptTokens: 200, OutputTokens: 57}, "token budget"},
@@ -530,4 +613,95 @@ func TestServeErrors(t *testing.T) {
 		assert.Zero(t, res.Makespan)
 		assert.Zero(t, res.OutputThroughput())
 	})
+}
+
+// TestEngineRealisticCache runs long sequences on a cache sized by the cost model, where
+// sequences outgrow the cache in the middle of long decode stretches.
+func TestEngineRealisticCache(t *testing.T) {
+	cat := sim.DefaultCatalog()
+	m, err := cat.Model("llama-2-7b")
+	require.NoError(t, err)
+	g, err := cat.GPU("A100-40GB")
+	require.NoError(t, err)
+	cm, err := sim.NewCostModel(m, g, sim.DefaultProfile().For(g))
+	require.NoError(t, err)
+	blocks, err := cm.KVBlocks(0.9, 4096, 16)
+	require.NoError(t, err)
+	cfg := sim.EngineConfig{
+		MaxNumSeqs: 256, MaxBatchedTokens: 4096, ChunkedPrefill: true,
+		BlockSize: 16, NumBlocks: blocks, WatermarkBlocks: blocks / 100,
+	}
+	run := func(advance bool) *checker {
+		eng, err := sim.NewEngine(cfg, cm)
+		require.NoError(t, err)
+		c := newChecker(t, eng)
+		for id := uint64(1); id <= 32; id++ {
+			c.add(sim.Request{ID: id, PromptTokens: 2048, OutputTokens: 2048})
+		}
+		c.drain(advance)
+		return c
+	}
+	step, adv := run(false), run(true)
+	require.Positive(t, step.eng.Stats().Preemptions, "32 sequences of 4096 tokens must outgrow %d blocks", blocks)
+	assert.Equal(t, step.order, adv.order)
+	assert.Equal(t, step.steps, adv.steps)
+	assert.Equal(t, step.eng.Stats().Preemptions, adv.eng.Stats().Preemptions)
+	assert.InDelta(t, float64(step.busy), float64(adv.busy), float64(time.Duration(step.steps)*time.Microsecond))
+	assert.Less(t, len(adv.records), len(step.records)/10, "Advance should cover decode stretches in few calls")
+}
+
+// TestAdvanceHorizon checks that Advance(h) stops at the first iteration boundary at or after
+// h, as the same engine stepped one iteration at a time would reach it.
+func TestAdvanceHorizon(t *testing.T) {
+	cfg := sim.EngineConfig{MaxNumSeqs: 8, MaxBatchedTokens: 2048, ChunkedPrefill: true, BlockSize: 16, NumBlocks: 1000}
+	prepare := func() *sim.Engine {
+		eng := newEngine(t, cfg)
+		for id := uint64(1); id <= 4; id++ {
+			require.NoError(t, eng.Add(sim.Request{ID: id, PromptTokens: 100 * int(id), OutputTokens: 500}))
+		}
+		eng.Step() // prefill: the batch then decodes steadily
+		return eng
+	}
+	tests := []struct {
+		name    string
+		horizon time.Duration
+	}{
+		{"within the first iteration", time.Microsecond},
+		{"a few iterations", 50 * time.Millisecond},
+		{"exactly at a boundary", 0}, // filled in below
+		{"beyond the next finish", time.Hour},
+	}
+	// The boundary after three single steps.
+	ref := prepare()
+	var three time.Duration
+	for range 3 {
+		three += ref.Step().Duration
+	}
+	tests[2].horizon = three
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			adv := prepare()
+			it := adv.Advance(tt.horizon)
+			got := snapshot(it)
+			step := prepare()
+			var elapsed time.Duration
+			n := 0
+			for n < got.Steps || (elapsed < tt.horizon && len(got.Finished) == 0) {
+				rec := step.Step()
+				require.Empty(t, rec.Admitted)
+				require.Empty(t, rec.Preempted)
+				elapsed += rec.Duration
+				n++
+				if len(rec.Finished) > 0 {
+					assert.Equal(t, rec.Finished, got.Finished)
+					break
+				}
+			}
+			assert.Equal(t, n, got.Steps, "iterations covered")
+			assert.InDelta(t, float64(elapsed), float64(got.Duration), float64(time.Duration(n)*time.Microsecond))
+			if len(got.Finished) == 0 {
+				assert.GreaterOrEqual(t, got.Duration+time.Duration(n), tt.horizon, "stopped before the horizon")
+			}
+		})
+	}
 }

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"container/heap"
 	"fmt"
 	"time"
 )
@@ -12,7 +11,7 @@ import (
 type Queue[T any] struct {
 	now  time.Duration
 	next uint64
-	h    eventHeap[T]
+	h    []Event[T] // binary min-heap on (At, Seq)
 }
 
 // Event is a scheduled payload.
@@ -33,8 +32,9 @@ func (q *Queue[T]) Schedule(at time.Duration, payload T) {
 	if at < q.now {
 		panic(fmt.Sprintf("sim: event scheduled at %v, before now %v", at, q.now))
 	}
-	heap.Push(&q.h, Event[T]{At: at, Seq: q.next, Payload: payload})
+	q.h = append(q.h, Event[T]{At: at, Seq: q.next, Payload: payload})
 	q.next++
+	q.up(len(q.h) - 1)
 }
 
 // Pop removes the earliest event and advances the clock to its time.
@@ -42,7 +42,15 @@ func (q *Queue[T]) Pop() (Event[T], bool) {
 	if len(q.h) == 0 {
 		return Event[T]{}, false
 	}
-	ev := heap.Pop(&q.h).(Event[T])
+	ev := q.h[0]
+	last := len(q.h) - 1
+	q.h[0] = q.h[last]
+	var zero Event[T]
+	q.h[last] = zero
+	q.h = q.h[:last]
+	if last > 0 {
+		q.down(0)
+	}
 	q.now = ev.At
 	return ev, true
 }
@@ -55,20 +63,40 @@ func (q *Queue[T]) Peek() (Event[T], bool) {
 	return q.h[0], true
 }
 
-type eventHeap[T any] []Event[T]
-
-func (h eventHeap[T]) Len() int { return len(h) }
-func (h eventHeap[T]) Less(i, j int) bool {
-	if h[i].At != h[j].At {
-		return h[i].At < h[j].At
+func (q *Queue[T]) less(i, j int) bool {
+	a, b := &q.h[i], &q.h[j]
+	if a.At != b.At {
+		return a.At < b.At
 	}
-	return h[i].Seq < h[j].Seq
+	return a.Seq < b.Seq
 }
-func (h eventHeap[T]) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *eventHeap[T]) Push(x any)   { *h = append(*h, x.(Event[T])) }
-func (h *eventHeap[T]) Pop() any {
-	old := *h
-	ev := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return ev
+
+func (q *Queue[T]) up(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !q.less(i, p) {
+			return
+		}
+		q.h[i], q.h[p] = q.h[p], q.h[i]
+		i = p
+	}
+}
+
+func (q *Queue[T]) down(i int) {
+	n := len(q.h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && q.less(r, l) {
+			m = r
+		}
+		if !q.less(m, i) {
+			return
+		}
+		q.h[i], q.h[m] = q.h[m], q.h[i]
+		i = m
+	}
 }

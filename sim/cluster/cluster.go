@@ -1,0 +1,332 @@
+// Package cluster is the simulated Backend: W GPU workers in virtual time, each running one
+// sim.Engine per loaded model, with model load and unload costs from the cost model.
+//
+// A worker may hold several models when their memory fractions fit (the Driver checks); engines
+// that have work at the same time share the GPU by processor sharing: each iteration takes as
+// many times longer as there are busy engines on the worker.
+//
+// Engines advance in closed-form stretches (sim.Engine.SteadyPlan). A stretch is planned, not
+// run, until it ends; a call submitted to an engine in the middle of a stretch interrupts it at
+// the first iteration boundary after the submission, exactly as a real engine admits a new
+// request at its next iteration.
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/sim"
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// ModelSetup is how one model runs on this cluster's workers.
+type ModelSetup struct {
+	Cost   *sim.CostModel
+	Engine sim.EngineConfig
+}
+
+// Config describes the simulated cluster.
+type Config struct {
+	Workers int
+	Models  map[string]ModelSetup
+	// UnloadTime is the time to stop an engine and free its memory.
+	UnloadTime time.Duration
+}
+
+type itemKind int
+
+const (
+	itemLoaded itemKind = iota
+	itemUnloaded
+	itemEngine
+	itemTimer
+)
+
+type item struct {
+	kind    itemKind
+	worker  int
+	model   string
+	eng     *engine
+	version uint64
+}
+
+// Cluster implements policies.Backend in virtual time.
+type Cluster struct {
+	cfg     Config
+	q       sim.Queue[item]
+	workers []*worker
+	out     []policies.Event
+}
+
+type worker struct {
+	id      int
+	engines map[string]*engine
+	order   []string // load order, for deterministic iteration
+}
+
+type callInfo struct {
+	call    *traces.Call
+	timing  policies.CallTiming
+	started bool
+}
+
+type engine struct {
+	model string
+	w     *worker
+	eng   *sim.Engine
+	calls map[uint64]*callInfo
+
+	version uint64
+	state   engState
+	start   time.Duration // of the planned stretch or committed iteration
+	end     time.Duration
+	steps   int     // planned stretch length
+	factor  float64 // processor-sharing slowdown of the current plan
+	outs    outputs // of a committed iteration
+}
+
+type engState int
+
+const (
+	stIdle      engState = iota
+	stPlanned            // a steady stretch is planned, not yet run
+	stCommitted          // iterations have run; their outputs are due at end
+)
+
+type outputs struct {
+	admitted, firstToken, finished, preempted []uint64
+}
+
+func (o *outputs) take(it *sim.Iteration) {
+	o.admitted = append(o.admitted[:0], it.Admitted...)
+	o.firstToken = append(o.firstToken[:0], it.FirstToken...)
+	o.finished = append(o.finished[:0], it.Finished...)
+	o.preempted = append(o.preempted[:0], it.Preempted...)
+}
+
+// New returns an idle cluster with no model loaded.
+func New(cfg Config) (*Cluster, error) {
+	if cfg.Workers <= 0 {
+		return nil, fmt.Errorf("cluster: %d workers", cfg.Workers)
+	}
+	c := &Cluster{cfg: cfg}
+	for i := 0; i < cfg.Workers; i++ {
+		c.workers = append(c.workers, &worker{id: i, engines: map[string]*engine{}})
+	}
+	return c, nil
+}
+
+var _ policies.Backend = (*Cluster)(nil)
+
+// Now implements policies.Backend.
+func (c *Cluster) Now() time.Duration { return c.q.Now() }
+
+// Load implements policies.Backend.
+func (c *Cluster) Load(w policies.WorkerID, model string) error {
+	setup, ok := c.cfg.Models[model]
+	if !ok {
+		return fmt.Errorf("cluster: unknown model %q", model)
+	}
+	c.q.Schedule(c.Now()+setup.Cost.LoadTime(), item{kind: itemLoaded, worker: int(w), model: model})
+	return nil
+}
+
+// Unload implements policies.Backend.
+func (c *Cluster) Unload(w policies.WorkerID, model string) error {
+	wk := c.workers[w]
+	e, ok := wk.engines[model]
+	if !ok {
+		return fmt.Errorf("cluster: worker %d does not hold %s", w, model)
+	}
+	if !e.eng.Idle() || e.state != stIdle {
+		return fmt.Errorf("cluster: %s on worker %d still has work", model, w)
+	}
+	delete(wk.engines, model)
+	for i, m := range wk.order {
+		if m == model {
+			wk.order = append(wk.order[:i:i], wk.order[i+1:]...)
+			break
+		}
+	}
+	c.q.Schedule(c.Now()+c.cfg.UnloadTime, item{kind: itemUnloaded, worker: int(w), model: model})
+	return nil
+}
+
+// WakeAt implements policies.Backend.
+func (c *Cluster) WakeAt(t time.Duration) {
+	c.q.Schedule(max(t, c.Now()), item{kind: itemTimer})
+}
+
+// Submit implements policies.Backend.
+func (c *Cluster) Submit(w policies.WorkerID, call *traces.Call) error {
+	e, ok := c.workers[w].engines[call.Model]
+	if !ok {
+		return fmt.Errorf("cluster: worker %d does not hold %s", w, call.Model)
+	}
+	now := c.Now()
+	if e.state == stPlanned {
+		c.cut(e, now)
+	}
+	req := sim.Request{ID: uint64(call.ID), PromptTokens: call.InputTokens, OutputTokens: call.OutputTokens}
+	if err := e.eng.Add(req); err != nil {
+		return fmt.Errorf("call %d (query %d, %s): %w", call.ID, call.Query, call.Model, err)
+	}
+	e.calls[req.ID] = &callInfo{call: call, timing: policies.CallTiming{Submitted: now}}
+	if e.state == stIdle {
+		// Otherwise the request joins at the end of the iterations already run.
+		c.kick(e, now)
+		c.replanOthers(e, now)
+	}
+	return nil
+}
+
+// Next implements policies.Backend.
+func (c *Cluster) Next(ctx context.Context) (policies.Event, error) {
+	for len(c.out) == 0 {
+		if err := ctx.Err(); err != nil {
+			return policies.Event{}, err
+		}
+		it, ok := c.q.Pop()
+		if !ok {
+			return policies.Event{}, policies.ErrIdle
+		}
+		c.process(it.At, it.Payload)
+	}
+	ev := c.out[0]
+	c.out = c.out[1:]
+	return ev, nil
+}
+
+func (c *Cluster) process(now time.Duration, it item) {
+	switch it.kind {
+	case itemTimer:
+		c.out = append(c.out, policies.Event{Kind: policies.EventTimer, At: now})
+	case itemLoaded:
+		setup := c.cfg.Models[it.model]
+		eng, err := sim.NewEngine(setup.Engine, setup.Cost)
+		wk := c.workers[it.worker]
+		if err != nil {
+			c.out = append(c.out, policies.Event{Kind: policies.EventFailed, At: now, Worker: policies.WorkerID(it.worker), Model: it.model, Err: err})
+			return
+		}
+		wk.engines[it.model] = &engine{model: it.model, w: wk, eng: eng, calls: map[uint64]*callInfo{}}
+		wk.order = append(wk.order, it.model)
+		c.out = append(c.out, policies.Event{Kind: policies.EventLoaded, At: now, Worker: policies.WorkerID(it.worker), Model: it.model})
+	case itemUnloaded:
+		c.out = append(c.out, policies.Event{Kind: policies.EventUnloaded, At: now, Worker: policies.WorkerID(it.worker), Model: it.model})
+	case itemEngine:
+		e := it.eng
+		if it.version != e.version {
+			return // a plan that was interrupted
+		}
+		if e.state == stPlanned {
+			e.outs.take(e.eng.RunSteady(e.steps))
+		}
+		c.deliver(e, now)
+		e.state = stIdle
+		c.kick(e, now)
+		if e.state == stIdle {
+			c.replanOthers(e, now) // one busy engine fewer on the worker
+		}
+	}
+}
+
+// deliver turns a committed iteration's outputs into call timings and Done events at now.
+func (c *Cluster) deliver(e *engine, now time.Duration) {
+	for _, id := range e.outs.admitted {
+		if ci := e.calls[id]; ci != nil && !ci.started {
+			ci.timing.Started, ci.started = e.start, true
+		}
+	}
+	for _, id := range e.outs.preempted {
+		if ci := e.calls[id]; ci != nil {
+			ci.timing.Preemptions++
+		}
+	}
+	for _, id := range e.outs.firstToken {
+		if ci := e.calls[id]; ci != nil {
+			ci.timing.FirstToken = now
+		}
+	}
+	for _, id := range e.outs.finished {
+		ci := e.calls[id]
+		delete(e.calls, id)
+		ci.timing.End = now
+		ref := policies.CallRef{ID: ci.call.ID, Query: ci.call.Query, Stage: ci.call.Stage, Model: ci.call.Model, InputTokens: ci.call.InputTokens}
+		c.out = append(c.out, policies.Event{Kind: policies.EventDone, At: now, Worker: policies.WorkerID(e.w.id), Model: e.model, Call: &ref, Timing: ci.timing})
+	}
+	e.outs = outputs{admitted: e.outs.admitted[:0], firstToken: e.outs.firstToken[:0], finished: e.outs.finished[:0], preempted: e.outs.preempted[:0]}
+}
+
+// busyEngines counts the engines of w that have work.
+func busyEngines(w *worker) int {
+	n := 0
+	for _, m := range w.order {
+		if e := w.engines[m]; !e.eng.Idle() || e.state != stIdle {
+			n++
+		}
+	}
+	return n
+}
+
+// kick starts the next stretch or iteration of an idle engine at now.
+func (c *Cluster) kick(e *engine, now time.Duration) {
+	e.version++
+	if e.eng.Idle() {
+		e.state = stIdle
+		return
+	}
+	e.factor = float64(max(1, busyEngines(e.w)))
+	e.start = now
+	if k, d := e.eng.SteadyPlan(); k > 0 {
+		e.state, e.steps = stPlanned, k
+		e.end = now + scale(d, e.factor)
+	} else {
+		it := e.eng.Step()
+		e.outs.take(it)
+		e.state = stCommitted
+		e.end = now + scale(it.Duration, e.factor)
+	}
+	c.q.Schedule(e.end, item{kind: itemEngine, eng: e, version: e.version})
+}
+
+// cut ends a planned stretch at the first iteration boundary at or after now: the iterations
+// that have run are committed (their outputs due when they end); if none has, the engine is
+// left idle for the caller to kick.
+func (c *Cluster) cut(e *engine, now time.Duration) {
+	e.version++ // the planned end event is void
+	e.state = stIdle
+	elapsed := time.Duration(float64(now-e.start) / e.factor)
+	if elapsed <= 0 {
+		return
+	}
+	it := e.eng.RunSteady(e.eng.StepsToReach(e.steps, elapsed))
+	e.outs.take(it)
+	e.state = stCommitted
+	e.end = e.start + scale(it.Duration, e.factor)
+	c.q.Schedule(e.end, item{kind: itemEngine, eng: e, version: e.version})
+}
+
+// replanOthers re-plans the other engines of e's worker when the number of busy engines
+// changed, so their processor share is right.
+func (c *Cluster) replanOthers(e *engine, now time.Duration) {
+	n := float64(max(1, busyEngines(e.w)))
+	for _, m := range e.w.order {
+		o := e.w.engines[m]
+		if o != e && o.state == stPlanned && o.factor != n {
+			c.cut(o, now)
+			if o.state == stIdle {
+				c.kick(o, now)
+			}
+		}
+	}
+}
+
+func scale(d time.Duration, f float64) time.Duration {
+	if f == 1 {
+		return d
+	}
+	return time.Duration(float64(d) * f)
+}
