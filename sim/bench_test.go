@@ -53,7 +53,6 @@ func benchEngine(b *testing.B) *sim.Engine {
 	return eng
 }
 
-
 // BenchmarkServe100k serves the 100k-request offline batch on one engine through sim.Serve.
 // iters/s is simulated engine iterations per second of wall time.
 func BenchmarkServe100k(b *testing.B) {
