@@ -8,6 +8,7 @@ export CGO_LDFLAGS := -llpsolve55 -lcolamd -lm
 MOSAIC_DATA ?= $(abspath ../shared/data)
 export MOSAIC_DATA
 VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+COMMIT    := $(shell git rev-parse HEAD 2>/dev/null)
 BIN       := bin/mosaic
 
 .PHONY: all deps build run test bench lint profile clean
@@ -25,7 +26,7 @@ deps:
 	@$(GO) mod download
 
 build: deps
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/mosaic
+	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commitFlag=$(COMMIT)" -o $(BIN) ./cmd/mosaic
 
 # The main job on built-in defaults: the quick-start experiment.
 run: build

@@ -33,6 +33,10 @@ type Experiment struct {
 	Engine   Engine   `toml:"engine"`
 	Models   []Model  `toml:"model"`
 	Workload Workload `toml:"workload"`
+	// Aggregation is the default aggregation rule of the policies.
+	Aggregation Aggregation `toml:"aggregation"`
+	// Policies are compared on the same workload; the first is the baseline of the speedups.
+	Policies []PolicySpec `toml:"policy"`
 
 	file *tomlx.File
 	dir  string // directory of the file, for relative paths
@@ -65,12 +69,42 @@ type Model struct {
 	Arch string `toml:"arch"`
 	// OutputTokens is the model's output-length distribution.
 	OutputTokens *Dist `toml:"output_tokens"`
+	// ForwardTokens is how much of an expert response reaches the aggregator (the response
+	// with its reasoning stripped); absent: the whole response.
+	ForwardTokens *Dist `toml:"forward_tokens"`
+	// Accuracy is the probability the model answers an average question right (MoA answers).
+	Accuracy *float64 `toml:"accuracy"`
+	// Weight is the model's routing popularity (MoA); absent: from the routing skew.
+	Weight float64 `toml:"weight"`
+	// GPUMemoryUtilization overrides the engine setting for this model (the fraction of a
+	// worker's memory its engine takes; models share a worker while their fractions sum to 1).
+	GPUMemoryUtilization float64 `toml:"gpu_memory_utilization"`
 }
 
 // Workload says what work the cluster serves.
 type Workload struct {
-	// Kind is "batch": Requests requests of Model.
+	// Kind is "batch" (Requests requests of one Model) or "moa" (Mixture-of-Agents queries).
 	Kind string `toml:"kind"`
+
+	// Mixture-of-Agents workloads, generated ...
+	Queries int `toml:"queries"`
+	// Questions is a question-list CSV (dataset,index,category,question_chars,
+	// question_words,gold); "data:" prefixes a path inside the shared data folder.
+	Questions string `toml:"questions"`
+	// Dataset selects the questions of one dataset of the list.
+	Dataset         string   `toml:"dataset"`
+	Experts         []string `toml:"experts"`
+	ExpertsPerQuery int      `toml:"experts_per_query"`
+	TemplateTokens  int      `toml:"template_tokens"`
+	TokensPerWord   float64  `toml:"tokens_per_word"`
+	// PromptTokens is the question length when no question list is given.
+	PromptTokens *Dist      `toml:"prompt_tokens"`
+	Routing      Routing    `toml:"routing"`
+	Aggregator   Aggregator `toml:"aggregator"`
+	Votes        Votes      `toml:"votes"`
+	// ... or read from a workload file (JSONL, see traces.WriteJSONL).
+	Trace string `toml:"trace"`
+
 	// Model names the [[model]] a batch workload uses (default: the only one).
 	Model    string `toml:"model"`
 	Requests int    `toml:"requests"`
@@ -81,6 +115,49 @@ type Workload struct {
 	// ArrivalRate is a Poisson arrival rate in requests per second; 0 is an offline batch
 	// (every request at time 0).
 	ArrivalRate float64 `toml:"arrival_rate"`
+}
+
+// Routing is skill-based routing: Skew is the max/min ratio of expert popularity, SkillSpread
+// how much each skill's preferences differ from the global ones.
+type Routing struct {
+	Skew        float64 `toml:"skew"`
+	SkillSpread float64 `toml:"skill_spread"`
+}
+
+// Aggregator is the aggregator model and its behaviour.
+type Aggregator struct {
+	Model             string   `toml:"model"`
+	OutputTokens      *Dist    `toml:"output_tokens"`
+	TemplateTokens    int      `toml:"template_tokens"`
+	DisagreementScale float64  `toml:"disagreement_scale"`
+	Accuracy          *float64 `toml:"accuracy"`
+	KeepMajority      float64  `toml:"keep_majority"`
+}
+
+// Votes is the experts' answer model; Unanimous and Majority are calibration targets for the
+// shares of unanimous and strict-majority votes.
+type Votes struct {
+	Options          int     `toml:"options"`
+	ErrorCorrelation float64 `toml:"error_correlation"`
+	Difficulty       float64 `toml:"difficulty"`
+	Unanimous        float64 `toml:"unanimous"`
+	Majority         float64 `toml:"majority"`
+}
+
+// Aggregation is the confidence-aware aggregation rule: skip the aggregator when the experts'
+// confidence C(q) = max votes / k is at least Threshold (1: unanimous only; 2/3: majorities of
+// three too; above 1: never skip).
+type Aggregation struct {
+	Threshold *float64 `toml:"threshold"`
+}
+
+// PolicySpec is one policy to compare.
+type PolicySpec struct {
+	Name string `toml:"name"`
+	// Threshold overrides the experiment's aggregation threshold for this policy.
+	Threshold *float64 `toml:"threshold"`
+	// Label names the policy in results when the same policy is listed twice.
+	Label string `toml:"label"`
 }
 
 // Dist is a length distribution: {dist = "fixed", value = N}, {dist = "lognormal", mean = M,

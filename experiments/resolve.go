@@ -23,6 +23,10 @@ type ResolvedModel struct {
 	Engine sim.EngineConfig
 	// Output is the model's output-length distribution (nil if the file gives none).
 	Output traces.LengthDist
+	// Forward is how much of an expert response reaches the aggregator (nil: all of it).
+	Forward traces.LengthDist
+	// Memory is the fraction of a worker's memory the model's engine takes.
+	Memory float64
 }
 
 // Resolved is a validated experiment bound to concrete catalog entries and cost models.
@@ -35,6 +39,8 @@ type Resolved struct {
 	byName  map[string]*ResolvedModel
 	// Batch is set for kind = "batch".
 	Batch *BatchWorkload
+	// MoA is set for kind = "moa".
+	MoA *MoAWorkload
 }
 
 // BatchWorkload is a resolved single-model batch.
@@ -111,20 +117,37 @@ func (e *Experiment) Resolve() (*Resolved, error) {
 		if err != nil {
 			return nil, e.errorf("cluster.profile", "%v", err)
 		}
-		blocks, err := cm.KVBlocks(eng.util, eng.MaxBatchedTokens, eng.BlockSize)
+		util := eng.util
+		if m.GPUMemoryUtilization != 0 {
+			if !(m.GPUMemoryUtilization > 0 && m.GPUMemoryUtilization <= 1) {
+				return nil, e.errorf(modelKey(i, "gpu_memory_utilization"), "must be in (0, 1], got %g", m.GPUMemoryUtilization)
+			}
+			util = m.GPUMemoryUtilization
+		}
+		blocks, err := cm.KVBlocks(util, eng.MaxBatchedTokens, eng.BlockSize)
 		if err != nil {
 			return nil, e.errorf(modelKey(i, "arch"), "%v", err)
 		}
 		cfg := eng.EngineConfig
 		cfg.NumBlocks = blocks
 		cfg.WatermarkBlocks = blocks / 100
-		rm := &ResolvedModel{Name: m.Name, Arch: arch, Cost: cm, Engine: cfg}
+		rm := &ResolvedModel{Name: m.Name, Arch: arch, Cost: cm, Engine: cfg, Memory: util}
 		if m.OutputTokens != nil {
 			d, err := m.OutputTokens.resolve(e, modelKey(i, "output_tokens"))
 			if err != nil {
 				return nil, err
 			}
+			if d.Max()+1 > arch.MaxModelLen {
+				return nil, e.errorf(modelKey(i, "output_tokens"), "max %d exceeds %s's max_model_len %d", d.Max(), arch.ID, arch.MaxModelLen)
+			}
 			rm.Output = d
+		}
+		if m.ForwardTokens != nil {
+			d, err := m.ForwardTokens.resolve(e, modelKey(i, "forward_tokens"))
+			if err != nil {
+				return nil, err
+			}
+			rm.Forward = d
 		}
 		r.Models = append(r.Models, rm)
 		r.byName[lower(m.Name)] = rm
@@ -134,8 +157,12 @@ func (e *Experiment) Resolve() (*Resolved, error) {
 		if err := r.resolveBatch(); err != nil {
 			return nil, err
 		}
+	case "moa":
+		if err := r.resolveMoA(); err != nil {
+			return nil, err
+		}
 	default:
-		return nil, e.errorf("workload.kind", "unknown workload kind %q (known: batch)", e.Workload.Kind)
+		return nil, e.errorf("workload.kind", "unknown workload kind %q (known: batch, moa)", e.Workload.Kind)
 	}
 	return r, nil
 }

@@ -20,8 +20,11 @@ import (
 	"strings"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and commitFlag are set at build time with -ldflags "-X main.version=... -X main.commitFlag=...".
+var (
+	version    = "dev"
+	commitFlag = ""
+)
 
 // errUsage marks errors caused by the command line.
 var errUsage = errors.New("usage")

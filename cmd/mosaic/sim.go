@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/mosaic-sched/mosaic/experiments"
@@ -13,10 +18,11 @@ import (
 func runSim(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	seed := fs.Int64("seed", -1, "override the experiment's seed")
+	outDir := fs.String("o", "", "write summary.csv, calls.csv, workers.csv, run.json and host.json to this folder")
 	var sets multiFlag
 	fs.Var(&sets, "set", "override a key of the experiment, key=value (repeatable)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mosaic sim [EXP.toml] [--seed N] [--set key=value ...]\n\nWithout a file it runs the built-in quick start.")
+		fmt.Fprintln(fs.Output(), "usage: mosaic sim [EXP.toml] [-o DIR] [--seed N] [--set key=value ...]\n\nWithout a file it runs the built-in quick start.")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterspersed(fs, args)
@@ -49,10 +55,64 @@ func runSim(args []string, stdout io.Writer) error {
 	}
 	start := time.Now()
 	slog.Info("simulating", "experiment", res.Name, "file", exp.File(), "gpu", res.GPU.Name, "workers", res.Cluster.Workers)
-	rep, err := res.RunBatch()
+	if res.Batch != nil {
+		rep, err := res.RunBatch()
+		if err != nil {
+			return err
+		}
+		slog.Info("done", "wall", time.Since(start).Round(time.Millisecond))
+		return rep.Write(stdout)
+	}
+	run, err := res.Simulate(context.Background(), newProgress(start))
 	if err != nil {
 		return err
 	}
-	slog.Info("done", "wall", time.Since(start).Round(time.Millisecond))
-	return rep.Write(stdout)
+	wall := time.Since(start)
+	if err := run.WriteTable(stdout); err != nil {
+		return err
+	}
+	if *outDir != "" {
+		host, _ := os.Hostname()
+		err := run.WriteDir(*outDir, experiments.RunInfo{Version: version, Commit: commit()},
+			experiments.HostInfo{Host: host, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
+				Started: start.UTC().Format(time.RFC3339), WallS: wall.Seconds()})
+		if err != nil {
+			return err
+		}
+		slog.Info("results written", "dir", *outDir)
+	}
+	slog.Info("done", "wall", wall.Round(time.Millisecond))
+	return nil
+}
+
+// newProgress reports progress on stderr every few seconds, once a run has taken more than a
+// moment.
+func newProgress(start time.Time) experiments.Progress {
+	var mu sync.Mutex
+	last := map[string]time.Time{}
+	return func(policy string, done, total int) {
+		now := time.Now()
+		if now.Sub(start) < 2*time.Second {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if now.Sub(last[policy]) < 2*time.Second && done < total {
+			return
+		}
+		last[policy] = now
+		slog.Info("progress", "policy", policy, "calls_done", done, "calls_total", total)
+	}
+}
+
+// commit is the VCS revision the binary was built from, if known.
+func commit() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				return s.Value
+			}
+		}
+	}
+	return commitFlag
 }

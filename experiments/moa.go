@@ -1,0 +1,312 @@
+package experiments
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/mosaic-sched/mosaic/internal/dataset"
+	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// MoAWorkload is a resolved Mixture-of-Agents workload and the policies to compare on it.
+type MoAWorkload struct {
+	// Workload is the generated (or loaded) workload, the same for every policy.
+	Workload *traces.Workload
+	// Spec is the generator input (nil when the workload comes from a trace file).
+	Spec *traces.GenSpec
+	// Aggregator is the aggregator model's name ("" when queries have no aggregator).
+	Aggregator string
+	// Policies in the order listed; the first is the baseline.
+	Policies []ResolvedPolicy
+}
+
+// ResolvedPolicy is a policy of the experiment with its aggregation rule.
+type ResolvedPolicy struct {
+	// Label names the policy in results (its name unless the file gives a label).
+	Label string
+	Name  string
+	Rule  policies.Rule
+	// New builds a fresh policy value for one run.
+	New func() policies.Policy
+}
+
+// dataPath resolves a path given in the file: "data:REL" is REL inside the shared data folder
+// ($MOSAIC_DATA or ../shared/data), anything else is relative to the experiment file.
+func (e *Experiment) dataPath(key, p string) (string, error) {
+	if rel, ok := strings.CutPrefix(p, "data:"); ok {
+		dir := dataset.Dir()
+		if dir == "" {
+			return "", e.errorf(key, "%q is in the shared data folder, which was not found: set %s to it", p, dataset.Env)
+		}
+		p = filepath.Join(dir, rel)
+	} else {
+		p = e.path(p)
+	}
+	if _, err := os.Stat(p); err != nil {
+		return "", e.errorf(key, "%v", err)
+	}
+	return p, nil
+}
+
+func (r *Resolved) resolveMoA() error {
+	e := r.Experiment
+	w := e.Workload
+	m := &MoAWorkload{}
+	if w.Trace != "" {
+		if err := r.loadTrace(m); err != nil {
+			return err
+		}
+	} else {
+		if err := r.genSpec(m); err != nil {
+			return err
+		}
+	}
+	if err := r.resolvePolicies(m); err != nil {
+		return err
+	}
+	r.MoA = m
+	return nil
+}
+
+func (r *Resolved) loadTrace(m *MoAWorkload) error {
+	e := r.Experiment
+	path, err := e.dataPath("workload.trace", e.Workload.Trace)
+	if err != nil {
+		return err
+	}
+	wl, err := traces.ReadJSONL(path)
+	if err != nil {
+		return e.errorf("workload.trace", "%v", err)
+	}
+	if len(wl.Queries) == 0 {
+		return e.errorf("workload.trace", "%s holds no queries", path)
+	}
+	for _, q := range wl.Queries {
+		for _, c := range append(append([]traces.Call(nil), q.Experts...), q.Aggregator) {
+			if c.Model == "" && c.Stage == traces.StageAggregator {
+				continue
+			}
+			rm, ok := r.Model(c.Model)
+			if !ok {
+				return e.errorf("workload.trace", "%s: query %d uses model %q, which no [[model]] names", path, q.ID, c.Model)
+			}
+			if c.InputTokens+c.OutputTokens > rm.Arch.MaxModelLen {
+				return e.errorf("workload.trace", "%s: query %d: a %s call of %d tokens exceeds %s's max_model_len %d",
+					path, q.ID, c.Stage, c.InputTokens+c.OutputTokens, rm.Arch.ID, rm.Arch.MaxModelLen)
+			}
+		}
+		if q.Aggregator.Model != "" {
+			m.Aggregator = q.Aggregator.Model
+		}
+	}
+	m.Workload = wl
+	return nil
+}
+
+func (r *Resolved) genSpec(m *MoAWorkload) error {
+	e := r.Experiment
+	w := e.Workload
+	spec := &traces.GenSpec{
+		Name: e.Name, Queries: w.Queries, TemplateTokens: w.TemplateTokens, TokensPerWord: w.TokensPerWord,
+		K: w.ExpertsPerQuery, Skew: w.Routing.Skew, SkillSpread: w.Routing.SkillSpread,
+		Votes: traces.VoteSpec{Options: w.Votes.Options, ErrorCorrelation: w.Votes.ErrorCorrelation,
+			Difficulty: w.Votes.Difficulty, Unanimous: w.Votes.Unanimous, Majority: w.Votes.Majority},
+	}
+	if w.Questions != "" {
+		path, err := e.dataPath("workload.questions", w.Questions)
+		if err != nil {
+			return err
+		}
+		qs, err := traces.ReadQuestions(path)
+		if err != nil {
+			return e.errorf("workload.questions", "%v", err)
+		}
+		if w.Dataset != "" {
+			all := qs
+			if qs = traces.FilterDataset(qs, w.Dataset); len(qs) == 0 {
+				return e.errorf("workload.dataset", "no question of dataset %q in %s (it has: %s)", w.Dataset, path, strings.Join(datasets(all), ", "))
+			}
+		}
+		spec.Questions = qs
+		spec.Dataset = w.Dataset
+	} else {
+		if w.Queries <= 0 {
+			return e.errorf("workload.queries", "must be positive without a question list, got %d", w.Queries)
+		}
+		if w.PromptTokens == nil {
+			return e.errorf("workload.prompt_tokens", "missing: give a question list (questions = ...) or a prompt-length distribution")
+		}
+		d, err := w.PromptTokens.resolve(e, "workload.prompt_tokens")
+		if err != nil {
+			return err
+		}
+		spec.PromptTokens = d
+	}
+	if w.Queries < 0 {
+		return e.errorf("workload.queries", "must not be negative, got %d", w.Queries)
+	}
+	experts := w.Experts
+	if len(experts) == 0 {
+		for _, mm := range e.Models {
+			experts = append(experts, mm.Name)
+		}
+	}
+	for i, name := range experts {
+		rm, ok := r.Model(name)
+		if !ok {
+			return e.errorf("workload.experts", "expert %q is not a [[model]] of the experiment", name)
+		}
+		idx := r.modelIndex(name)
+		mf := e.Models[idx]
+		if rm.Output == nil {
+			return e.errorf(modelKey(idx, "output_tokens"), "missing: expert %q needs an output-length distribution", name)
+		}
+		if mf.Accuracy == nil {
+			return e.errorf(modelKey(idx, "accuracy"), "missing: expert %q needs an accuracy (probability of a right answer) for the answer model", name)
+		}
+		if *mf.Accuracy < 0 || *mf.Accuracy > 1 {
+			return e.errorf(modelKey(idx, "accuracy"), "must be in [0, 1], got %g", *mf.Accuracy)
+		}
+		if mf.Weight < 0 {
+			return e.errorf(modelKey(idx, "weight"), "must not be negative, got %g", mf.Weight)
+		}
+		_ = i
+		spec.Experts = append(spec.Experts, traces.ExpertSpec{Name: rm.Name, Output: rm.Output, Forward: rm.Forward, Accuracy: *mf.Accuracy, Weight: mf.Weight})
+	}
+	if w.ExpertsPerQuery <= 0 {
+		return e.errorf("workload.experts_per_query", "must be positive, got %d", w.ExpertsPerQuery)
+	}
+	if w.ExpertsPerQuery > len(experts) {
+		return e.errorf("workload.experts_per_query", "k = %d is larger than the expert pool (%d experts)", w.ExpertsPerQuery, len(experts))
+	}
+	if a := w.Aggregator; a.Model != "" {
+		rm, ok := r.Model(a.Model)
+		if !ok {
+			return e.errorf("workload.aggregator.model", "aggregator %q is not a [[model]] of the experiment", a.Model)
+		}
+		out := rm.Output
+		if a.OutputTokens != nil {
+			d, err := a.OutputTokens.resolve(e, "workload.aggregator.output_tokens")
+			if err != nil {
+				return err
+			}
+			out = d
+		}
+		if out == nil {
+			return e.errorf("workload.aggregator.output_tokens", "missing: the aggregator needs an output-length distribution")
+		}
+		acc := 0.0
+		if a.Accuracy != nil {
+			acc = *a.Accuracy
+		}
+		spec.Aggregator = traces.AggregatorSpec{Model: rm.Name, Output: out, TemplateTokens: a.TemplateTokens,
+			DisagreementScale: a.DisagreementScale, Accuracy: acc, KeepMajority: a.KeepMajority}
+		m.Aggregator = rm.Name
+	}
+	if err := spec.Validate(); err != nil {
+		return e.errorf("workload", "%v", err)
+	}
+	wl, err := traces.Generate(*spec, e.Seed)
+	if err != nil {
+		return e.errorf("workload", "%v", err)
+	}
+	if err := r.checkLengths(wl); err != nil {
+		return err
+	}
+	m.Spec, m.Workload = spec, wl
+	return nil
+}
+
+// checkLengths rejects calls no engine could serve, naming the model.
+func (r *Resolved) checkLengths(wl *traces.Workload) error {
+	for _, q := range wl.Queries {
+		calls := append(append([]traces.Call(nil), q.Experts...), q.Aggregator)
+		for _, c := range calls {
+			if c.Model == "" {
+				continue
+			}
+			rm, _ := r.Model(c.Model)
+			idx := r.modelIndex(c.Model)
+			total := c.InputTokens + c.OutputTokens
+			if total > rm.Arch.MaxModelLen {
+				return r.errorf(modelKey(idx, "output_tokens"), "query %d: a %s call of %d prompt and %d output tokens exceeds %s's max_model_len %d; lower the maximum output length",
+					q.ID, c.Stage, c.InputTokens, c.OutputTokens, rm.Arch.ID, rm.Arch.MaxModelLen)
+			}
+			if need := (total + rm.Engine.BlockSize - 1) / rm.Engine.BlockSize; need > rm.Engine.NumBlocks-rm.Engine.WatermarkBlocks {
+				return r.errorf(modelKey(idx, "arch"), "query %d: a %s call of %d tokens does not fit the KV cache of %s on %s (%d tokens)",
+					q.ID, c.Stage, total, rm.Arch.ID, r.GPU.Name, rm.Engine.NumBlocks*rm.Engine.BlockSize)
+			}
+		}
+	}
+	return nil
+}
+
+func (r *Resolved) modelIndex(name string) int {
+	for i, m := range r.Experiment.Models {
+		if lower(m.Name) == lower(name) {
+			return i
+		}
+	}
+	return -1
+}
+
+func datasets(qs []traces.Question) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, q := range qs {
+		if !seen[q.Dataset] {
+			seen[q.Dataset] = true
+			out = append(out, q.Dataset)
+		}
+	}
+	return out
+}
+
+func (r *Resolved) resolvePolicies(m *MoAWorkload) error {
+	e := r.Experiment
+	if len(e.Policies) == 0 {
+		return e.errorf("policy", "missing: list at least one [[policy]] (the first is the baseline)")
+	}
+	def := policies.Rule(policies.NeverSkip())
+	if t := e.Aggregation.Threshold; t != nil {
+		if !(*t > 0) {
+			return e.errorf("aggregation.threshold", "must be positive, got %g", *t)
+		}
+		def = policies.ConfidenceSkip{Threshold: *t}
+	}
+	labels := map[string]bool{}
+	for i, p := range e.Policies {
+		key := fmt.Sprintf("policy[%d]", i)
+		factory, ok := registry[lower(p.Name)]
+		if !ok {
+			return e.errorf(key+".name", "unknown policy %q (known: %s)", p.Name, strings.Join(policyNames(), ", "))
+		}
+		rule := def
+		if p.Threshold != nil {
+			if !(*p.Threshold > 0) {
+				return e.errorf(key+".threshold", "must be positive, got %g", *p.Threshold)
+			}
+			rule = policies.ConfidenceSkip{Threshold: *p.Threshold}
+		}
+		label := p.Label
+		if label == "" {
+			label = lower(p.Name)
+		}
+		if labels[label] {
+			return e.errorf(key+".label", "policy %q is listed twice: give each a distinct label", label)
+		}
+		labels[label] = true
+		agg := m.Aggregator
+		m.Policies = append(m.Policies, ResolvedPolicy{Label: label, Name: lower(p.Name), Rule: rule,
+			New: func() policies.Policy { return factory(agg) }})
+	}
+	return nil
+}
+
+// errorf on the resolved experiment.
+func (r *Resolved) errorf(key, format string, args ...any) error {
+	return r.Experiment.errorf(key, format, args...)
+}

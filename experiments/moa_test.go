@@ -1,0 +1,194 @@
+package experiments_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mosaic-sched/mosaic/experiments"
+	"github.com/mosaic-sched/mosaic/internal/dataset"
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+const moa = `name = "moa-small"
+seed = 11
+
+[cluster]
+gpu = "A100-80GB"
+workers = 2
+
+[[model]]
+name = "R"
+arch = "qwenr1"
+output_tokens = { dist = "lognormal", mean = 800, p99 = 4000, max = 8192 }
+forward_tokens = { dist = "fixed", value = 100 }
+accuracy = 0.6
+
+[[model]]
+name = "I1"
+arch = "qwen2.5-7b"
+output_tokens = { dist = "lognormal", mean = 100, p99 = 600, max = 2048 }
+accuracy = 0.5
+
+[[model]]
+name = "I2"
+arch = "llama-3-8b"
+output_tokens = { dist = "lognormal", mean = 100, p99 = 600, max = 2048 }
+accuracy = 0.5
+
+[workload]
+kind = "moa"
+queries = 60
+prompt_tokens = { dist = "uniform", min = 50, max = 300 }
+experts_per_query = 2
+routing = { skew = 4 }
+votes = { options = 4, error_correlation = 0.5 }
+aggregator = { model = "R", accuracy = 0.4 }
+
+[aggregation]
+threshold = 1.0
+
+[[policy]]
+name = "round-robin"
+threshold = 2.0
+
+[[policy]]
+name = "data-parallel"
+`
+
+func simulate(t *testing.T, src string) *experiments.Run {
+	t.Helper()
+	r, err := resolve(t, src)
+	require.NoError(t, err)
+	run, err := r.Simulate(context.Background(), nil)
+	require.NoError(t, err)
+	return run
+}
+
+func TestMoARuns(t *testing.T) {
+	run := simulate(t, moa)
+	require.Len(t, run.Summaries, 2)
+	rr, dp := run.Summaries[0], run.Summaries[1]
+	assert.Equal(t, 1.0, rr.SpeedupE2E)
+	assert.Equal(t, 120, rr.ExpertCalls)
+	assert.Equal(t, 60, rr.AggregatorCalls+rr.AggregatorSkipped)
+	assert.Equal(t, 0, rr.AggregatorSkipped, "the baseline never skips")
+	assert.Equal(t, "never-skip", rr.Rule)
+	assert.Equal(t, 60, dp.AggregatorCalls+dp.AggregatorSkipped)
+	assert.InDelta(t, rr.E2ES/dp.E2ES, dp.SpeedupE2E, 1e-9)
+	assert.Equal(t, 3*2, dp.ModelLoads, "data-parallel loads every model on both workers")
+}
+
+// The same seed writes byte-identical result files.
+func TestMoAFilesDeterministic(t *testing.T) {
+	write := func(dir string) {
+		run := simulate(t, moa)
+		require.NoError(t, run.WriteDir(dir, experiments.RunInfo{Version: "test"}, experiments.HostInfo{}))
+	}
+	a, b := t.TempDir(), t.TempDir()
+	write(a)
+	write(b)
+	for _, f := range []string{"summary.csv", "calls.csv", "workers.csv", "run.json"} {
+		da, err := os.ReadFile(filepath.Join(a, f))
+		require.NoError(t, err)
+		db, err := os.ReadFile(filepath.Join(b, f))
+		require.NoError(t, err)
+		assert.Equal(t, string(da), string(db), f)
+		assert.NotEmpty(t, da)
+	}
+	head, err := os.ReadFile(filepath.Join(a, "calls.csv"))
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(head), strings.Join(traces.CallHeader, ",")+"\n"))
+}
+
+func TestBadMoAExperiments(t *testing.T) {
+	for _, tc := range []struct{ name, from, to, want string }{
+		{"k larger than the pool", "experts_per_query = 2", "experts_per_query = 4", "exp.toml:31: workload.experts_per_query: k = 4 is larger than the expert pool (3 experts)"},
+		{"aggregator not a model", `model = "R", accuracy`, `model = "Judge", accuracy`, `exp.toml:34: workload.aggregator.model: aggregator "Judge" is not a [[model]]`},
+		{"expert not a model", "experts_per_query = 2", "experts_per_query = 2\nexperts = [\"R\", \"X\"]", `workload.experts: expert "X" is not a [[model]]`},
+		{"unknown policy", `name = "data-parallel"`, `name = "random"`, `exp.toml:44: policy[1].name: unknown policy "random" (known: data-parallel, round-robin)`},
+		{"missing accuracy", "accuracy = 0.6\n", "", "exp.toml:8: model[0].accuracy: missing"},
+		{"missing trace", "queries = 60", "trace = \"nope.jsonl\"", "exp.toml:29: workload.trace: stat nope.jsonl: no such file"},
+		{"unknown kind", `kind = "moa"`, `kind = "moe"`, `exp.toml:28: workload.kind: unknown workload kind "moe"`},
+		{"no policy", "[[policy]]\nname = \"round-robin\"\nthreshold = 2.0\n\n[[policy]]\nname = \"data-parallel\"\n", "", "exp.toml: policy: missing"},
+		{"bad threshold", "threshold = 1.0", "threshold = -1.0", "exp.toml:37: aggregation.threshold: must be positive"},
+		{"misspelt routing key", "routing = { skew = 4 }", "routing = { skwe = 4 }", "exp.toml:32: workload.routing.skwe: unknown key"},
+		{"too long for the model", "arch = \"llama-3-8b\"\noutput_tokens = { dist = \"lognormal\", mean = 100, p99 = 600, max = 2048 }", "arch = \"llama-3-8b\"\noutput_tokens = { dist = \"lognormal\", mean = 100, p99 = 600, max = 9000 }", "exp.toml:24: model[2].output_tokens: max 9000 exceeds meta-llama/Meta-Llama-3-8B's max_model_len 8192"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Contains(t, moa, tc.from)
+			_, err := resolve(t, strings.Replace(moa, tc.from, tc.to, 1))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+// A workload file with a malformed line is an error naming the file and the line.
+func TestMalformedTraceLine(t *testing.T) {
+	r, err := resolve(t, moa)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "w.jsonl")
+	var b strings.Builder
+	require.NoError(t, traces.WriteJSONL(&b, r.MoA.Workload))
+	lines := strings.Split(b.String(), "\n")
+	lines[2] = `{"id": 2, "oops": true}`
+	require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644))
+	src := strings.Replace(moa, "queries = 60", "trace = \"w.jsonl\"", 1)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "exp.toml"), []byte(src), 0o644))
+	e, err := experiments.Load(filepath.Join(dir, "exp.toml"))
+	require.NoError(t, err)
+	_, err = e.Resolve()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "workload.trace: "+path+":3:")
+
+	// The intact file round-trips into the same results as the generated workload.
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+	e, err = experiments.Load(filepath.Join(dir, "exp.toml"))
+	require.NoError(t, err)
+	rt, err := e.Resolve()
+	require.NoError(t, err)
+	gen, err := r.Simulate(context.Background(), nil)
+	require.NoError(t, err)
+	fromFile, err := rt.Simulate(context.Background(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, gen.Summaries, fromFile.Summaries)
+}
+
+// The paper experiments resolve, run and show the baselines' signatures: round-robin's
+// straggler and data-parallel's W-fold loads.
+func TestPaperExperiments(t *testing.T) {
+	if _, ok := dataset.File("workloads/moa_questions.csv"); !ok {
+		t.Skipf("shared data not found: set %s to run the paper experiments", dataset.Env)
+	}
+	for _, name := range []string{"gpqa", "mmlu-pro", "medmcqa"} {
+		t.Run(name, func(t *testing.T) {
+			e, err := experiments.Load(filepath.Join("paper", name+".toml"))
+			require.NoError(t, err)
+			r, err := e.Resolve()
+			require.NoError(t, err)
+			run, err := r.Simulate(context.Background(), nil)
+			require.NoError(t, err)
+			rr, dp := run.Summaries[0], run.Summaries[1]
+			assert.Equal(t, "round-robin", rr.Policy)
+			assert.Equal(t, 4*rr.ModelLoads, dp.ModelLoads, "data-parallel pays every load on every worker")
+			busy := map[int]float64{}
+			for _, w := range experiments.WorkerRows(run.Results[:1]) {
+				if w.Kind == "busy" {
+					busy[w.Worker] += w.EndS - w.StartS
+				}
+			}
+			maxB, minB := 0.0, 1e18
+			for _, b := range busy {
+				maxB, minB = max(maxB, b), min(minB, b)
+			}
+			assert.Greater(t, maxB, 3*minB, "round-robin straggler: %v", busy)
+		})
+	}
+}

@@ -1,0 +1,249 @@
+package experiments
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/sim/cluster"
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// DefaultUnloadTime is the time to stop an engine and free its memory.
+const DefaultUnloadTime = time.Second
+
+// Run is the outcome of comparing the policies of a MoA experiment.
+type Run struct {
+	Experiment *Resolved
+	Mode       string
+	Results    []*policies.Result // in policy order
+	Summaries  []traces.SummaryRow
+}
+
+// Progress reports a policy's progress: calls done of the total known so far.
+type Progress func(policy string, done, total int)
+
+// ModelInfos returns what policies may know about the experiment's models.
+func (r *Resolved) ModelInfos() []policies.ModelInfo {
+	out := make([]policies.ModelInfo, 0, len(r.Models))
+	for _, m := range r.Models {
+		out = append(out, policies.ModelInfo{Name: m.Name, Arch: m.Arch, Cost: m.Cost, Engine: m.Engine,
+			Output: m.Output, Memory: m.Memory, LoadTime: m.Cost.LoadTime()})
+	}
+	return out
+}
+
+// Simulate runs every policy of the experiment on the same workload in the simulator, in
+// parallel on the available cores, and computes the summaries (speedups over the first policy).
+func (r *Resolved) Simulate(ctx context.Context, progress Progress) (*Run, error) {
+	m := r.MoA
+	if m == nil {
+		return nil, fmt.Errorf("%s: not a Mixture-of-Agents experiment (workload.kind = \"moa\")", r.File())
+	}
+	setups := map[string]cluster.ModelSetup{}
+	for _, rm := range r.Models {
+		setups[rm.Name] = cluster.ModelSetup{Cost: rm.Cost, Engine: rm.Engine}
+	}
+	infos := r.ModelInfos()
+	results := make([]*policies.Result, len(m.Policies))
+	errs := make([]error, len(m.Policies))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, p := range m.Policies {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			cl, err := cluster.New(cluster.Config{Workers: r.Cluster.Workers, Models: setups, UnloadTime: DefaultUnloadTime})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			d, err := policies.NewDriver(cl, p.New(), p.Rule, m.Workload, infos, r.Cluster.Workers)
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %w", p.Label, err)
+				return
+			}
+			if progress != nil {
+				d.Progress = func(done, total int) { progress(p.Label, done, total) }
+			}
+			res, err := d.Run(ctx)
+			if err != nil {
+				errs[i] = fmt.Errorf("%s: %w", p.Label, err)
+				return
+			}
+			res.Policy = p.Label
+			results[i] = res
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	run := &Run{Experiment: r, Mode: "sim", Results: results}
+	run.Summaries = Summarize(r.Name, run.Mode, r.Seed, results)
+	return run, nil
+}
+
+// Summarize turns results into summary rows with speedups over the first result.
+func Summarize(experiment, mode string, seed uint64, results []*policies.Result) []traces.SummaryRow {
+	var rows []traces.SummaryRow
+	var base policies.Summary
+	for i, res := range results {
+		s := res.Summary()
+		if i == 0 {
+			base = s
+		}
+		rows = append(rows, traces.SummaryRow{
+			Experiment: experiment, Mode: mode, Policy: res.Policy, Seed: seed, Rule: res.Rule,
+			Queries: s.Queries, ExpertCalls: s.ExpertCalls, AggregatorCalls: s.AggregatorCalls,
+			AggregatorSkipped: s.AggregatorSkipped, ExpertStageS: s.ExpertStage.Seconds(),
+			AggregatorStageS: s.AggregatorStage.Seconds(), E2ES: s.E2E.Seconds(),
+			SpeedupExpert:     speedup(base.ExpertStage, s.ExpertStage),
+			SpeedupAggregator: speedup(base.AggregatorStage, s.AggregatorStage),
+			SpeedupE2E:        speedup(base.E2E, s.E2E),
+			Accuracy:          s.Accuracy, AccuracyDeltaPP: s.AccuracyDeltaPP, GPUBusyFrac: s.GPUBusyFrac,
+			ModelLoads: s.ModelLoads, FailedCalls: s.FailedCalls,
+		})
+	}
+	return rows
+}
+
+func speedup(base, d time.Duration) float64 {
+	if d <= 0 {
+		return math.NaN()
+	}
+	return base.Seconds() / d.Seconds()
+}
+
+// CallRows returns the rows of calls.csv for every result, in policy then call order.
+func CallRows(results []*policies.Result) []traces.CallRow {
+	var rows []traces.CallRow
+	for _, res := range results {
+		for _, c := range res.Calls {
+			rows = append(rows, traces.CallRow{Policy: res.Policy, Query: c.Call.Query, Call: c.Call.ID, Stage: c.Call.Stage,
+				Model: c.Call.Model, Worker: int(c.Worker), InputTokens: c.Call.InputTokens, OutputTokens: c.Call.OutputTokens,
+				ReadyS: c.Ready.Seconds(), StartS: c.Timing.Started.Seconds(), FirstTokenS: c.Timing.FirstToken.Seconds(),
+				EndS: c.Timing.End.Seconds(), Preemptions: c.Timing.Preemptions, Status: c.Status})
+		}
+	}
+	return rows
+}
+
+// WorkerRows returns the rows of workers.csv for every result.
+func WorkerRows(results []*policies.Result) []traces.WorkerRow {
+	var rows []traces.WorkerRow
+	for _, res := range results {
+		for _, iv := range res.WorkerIntervals() {
+			rows = append(rows, traces.WorkerRow{Policy: res.Policy, Worker: int(iv.Worker), Kind: iv.Kind, Model: iv.Model,
+				StartS: iv.Start.Seconds(), EndS: iv.End.Seconds(), MeanBatch: iv.MeanBatch})
+		}
+	}
+	return rows
+}
+
+// RunInfo is run.json: everything needed to reproduce the run. It holds nothing that changes
+// from one invocation to the next, so the files of two runs with the same seed are identical;
+// the host and the wall time go to host.json.
+type RunInfo struct {
+	Experiment *Experiment `json:"experiment"`
+	File       string      `json:"file"`
+	Seed       uint64      `json:"seed"`
+	Mode       string      `json:"mode"`
+	Version    string      `json:"version"`
+	Commit     string      `json:"commit"`
+	Profile    string      `json:"profile"`
+	Policies   []string    `json:"policies"`
+}
+
+// HostInfo is host.json: where and how long the run took.
+type HostInfo struct {
+	Host      string  `json:"host"`
+	GoVersion string  `json:"go_version"`
+	CPUs      int     `json:"cpus"`
+	Started   string  `json:"started"`
+	WallS     float64 `json:"wall_s"`
+}
+
+// WriteDir writes summary.csv, calls.csv, workers.csv, run.json and host.json into dir.
+func (run *Run) WriteDir(dir string, info RunInfo, host HostInfo) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	write := func(name string, f func(io.Writer) error) error {
+		path := filepath.Join(dir, name)
+		fh, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		if err := f(fh); err != nil {
+			fh.Close()
+			return fmt.Errorf("writing %s: %w", path, err)
+		}
+		return fh.Close()
+	}
+	jsonOut := func(v any) func(io.Writer) error {
+		return func(w io.Writer) error {
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			return enc.Encode(v)
+		}
+	}
+	for _, p := range run.Experiment.MoA.Policies {
+		info.Policies = append(info.Policies, p.Label)
+	}
+	info.Mode = run.Mode
+	info.Experiment = run.Experiment.Experiment
+	info.File = run.Experiment.File()
+	info.Seed = run.Experiment.Seed
+	info.Profile = run.Experiment.Profile.Source
+	steps := []struct {
+		name string
+		f    func(io.Writer) error
+	}{
+		{"summary.csv", func(w io.Writer) error { return traces.WriteCSV(w, traces.SummaryHeader, run.Summaries) }},
+		{"calls.csv", func(w io.Writer) error { return traces.WriteCSV(w, traces.CallHeader, CallRows(run.Results)) }},
+		{"workers.csv", func(w io.Writer) error { return traces.WriteCSV(w, traces.WorkerHeader, WorkerRows(run.Results)) }},
+		{"run.json", jsonOut(info)},
+		{"host.json", jsonOut(host)},
+	}
+	for _, s := range steps {
+		if err := write(s.name, s.f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteTable prints the comparison as an aligned table.
+func (run *Run) WriteTable(w io.Writer) error {
+	r := run.Experiment
+	wl := r.MoA.Workload
+	fmt.Fprintf(w, "experiment %s (%s): %d x %s, %d queries, k = %d, seed %d\n", r.Name, run.Mode,
+		r.Cluster.Workers, r.GPU.Name, len(wl.Queries), wl.ExpertsPerQuery(), r.Seed)
+	fmt.Fprintf(w, "%-16s %-14s %10s %10s %10s %7s %7s %7s %9s %8s %8s %6s %5s\n",
+		"policy", "rule", "expert_s", "aggreg_s", "e2e_s", "x_exp", "x_agg", "x_e2e", "skipped", "accuracy", "d_acc_pp", "busy", "loads")
+	for _, s := range run.Summaries {
+		skipped := 0.0
+		if s.Queries > 0 {
+			skipped = 100 * float64(s.AggregatorSkipped) / float64(s.Queries)
+		}
+		if _, err := fmt.Fprintf(w, "%-16s %-14s %10.1f %10.1f %10.1f %7.2f %7.2f %7.2f %8.1f%% %8.4f %+8.2f %6.2f %5d\n",
+			s.Policy, s.Rule, s.ExpertStageS, s.AggregatorStageS, s.E2ES, s.SpeedupExpert, s.SpeedupAggregator, s.SpeedupE2E,
+			skipped, s.Accuracy, s.AccuracyDeltaPP, s.GPUBusyFrac, s.ModelLoads); err != nil {
+			return err
+		}
+	}
+	return nil
+}

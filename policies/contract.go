@@ -1,0 +1,208 @@
+// Package policies holds the contract every Mixture-of-Agents scheduling policy is written
+// against, the Driver that runs the MoA pipeline over any Backend, and the aggregation rules.
+// Each policy lives in its own subpackage (roundrobin, dataparallel, ...) and sees only this
+// package's types, so the same policy value runs in the simulator (sim/cluster) and on real
+// servers (replay) unchanged.
+//
+// The flow: the Driver releases calls as they become ready (a query's expert calls when the
+// query arrives, its aggregator call when the aggregation Rule decides not to skip it), tells
+// the Policy through Events, and carries out the Policy's Actions (load or unload a model on a
+// worker, submit a ready call to a worker) on the Backend after checking them. The Backend
+// reports loads and finished calls back as Events.
+package policies
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/mosaic-sched/mosaic/sim"
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// WorkerID numbers the workers (GPUs) from 0.
+type WorkerID int
+
+// Backend executes work on workers and reports what happened. sim/cluster advances a virtual
+// clock; replay talks to inference servers and funnels their completions into one channel.
+//
+// Contract: Load, Unload, Submit and WakeAt return at once; each Load completes later with one
+// EventLoaded (or EventFailed), each Unload with one EventUnloaded, each Submit with one
+// EventDone (or EventFailed), each WakeAt with one EventTimer. Next blocks until the next event
+// and returns events in non-decreasing At order; it returns ErrIdle when nothing is pending.
+// The Driver calls a Backend from one goroutine only.
+type Backend interface {
+	Now() time.Duration
+	Load(w WorkerID, model string) error
+	Unload(w WorkerID, model string) error
+	Submit(w WorkerID, c *traces.Call) error
+	WakeAt(t time.Duration)
+	Next(ctx context.Context) (Event, error)
+}
+
+// ErrIdle is returned by Backend.Next when no load, call or timer is pending.
+var ErrIdle = fmt.Errorf("policies: backend has nothing pending")
+
+// EventKind says what an Event reports.
+type EventKind int
+
+// The events a Policy sees. Backends produce Loaded, Unloaded, Done, Failed and Timer; the
+// Driver adds Released and Skipped.
+const (
+	EventLoaded EventKind = iota
+	EventUnloaded
+	EventDone
+	EventFailed
+	EventTimer
+	// EventReleased: calls became ready (Event.Calls): a query's experts on arrival, or its
+	// aggregator call after the rule decided to run it.
+	EventReleased
+	// EventSkipped: the rule skipped a query's aggregator (Event.Query).
+	EventSkipped
+)
+
+var eventNames = [...]string{"loaded", "unloaded", "done", "failed", "timer", "released", "skipped"}
+
+func (k EventKind) String() string {
+	if int(k) < len(eventNames) {
+		return eventNames[k]
+	}
+	return fmt.Sprintf("event(%d)", int(k))
+}
+
+// Event is something that happened.
+type Event struct {
+	Kind   EventKind
+	At     time.Duration
+	Worker WorkerID
+	Model  string
+	// Call is the finished (or failed) call of EventDone and EventFailed.
+	Call *CallRef
+	// Timing of a finished call, filled by the backend.
+	Timing CallTiming
+	// Calls are the calls released by EventReleased.
+	Calls []CallRef
+	// Query is the query whose aggregator EventSkipped skipped.
+	Query int
+	// Err says why a load or call failed.
+	Err error
+}
+
+// CallTiming is when a call went through a worker's engine.
+type CallTiming struct {
+	Submitted   time.Duration
+	Started     time.Duration // first scheduled by the engine
+	FirstToken  time.Duration
+	End         time.Duration
+	Preemptions int
+}
+
+// CallRef is what a policy may know about a call: everything but its output (its real output
+// length and answer are unknown until it has run; policies plan with the profiled length
+// distributions of ModelInfo).
+type CallRef struct {
+	ID          int
+	Query       int
+	Stage       traces.Stage
+	Model       string
+	InputTokens int
+	// Ready is when the call became ready.
+	Ready time.Duration
+}
+
+// ActionKind says what an Action asks for.
+type ActionKind int
+
+// The actions a Policy can take.
+const (
+	// ActLoad loads Model on Worker (it must fit the worker's memory next to what it holds).
+	ActLoad ActionKind = iota
+	// ActUnload unloads Model from Worker (it must have no calls in flight there).
+	ActUnload
+	// ActSubmit submits ready call CallID to Worker (which must hold the call's model).
+	ActSubmit
+)
+
+// Action is a decision of a Policy.
+type Action struct {
+	Kind   ActionKind
+	Worker WorkerID
+	Model  string
+	CallID int
+}
+
+// Load, Unload and Submit build actions.
+func Load(w WorkerID, model string) Action   { return Action{Kind: ActLoad, Worker: w, Model: model} }
+func Unload(w WorkerID, model string) Action { return Action{Kind: ActUnload, Worker: w, Model: model} }
+func Submit(w WorkerID, call int) Action     { return Action{Kind: ActSubmit, Worker: w, CallID: call} }
+
+func (a Action) String() string {
+	switch a.Kind {
+	case ActLoad:
+		return fmt.Sprintf("load %s on worker %d", a.Model, a.Worker)
+	case ActUnload:
+		return fmt.Sprintf("unload %s from worker %d", a.Model, a.Worker)
+	default:
+		return fmt.Sprintf("submit call %d to worker %d", a.CallID, a.Worker)
+	}
+}
+
+// Policy is an event-driven controller over a read-only View of the cluster. Offline planners
+// (round-robin, data-parallel, MOSAIC's ILP) compute their plan in Start and replay it in
+// OnEvent; online policies decide as events arrive.
+//
+// Contract: Start is called once, before any event; OnEvent once per event, in order. Both
+// return actions the Driver carries out in order; an action that breaks an invariant (a call
+// not ready or already submitted, a worker that does not hold the call's model, a load that
+// does not fit) fails the run with an error that names the policy and the action. A policy
+// must not keep the View beyond the call. The run ends when every query is complete; a policy
+// that leaves work undone with nothing in flight fails the run as stalled.
+type Policy interface {
+	Name() string
+	Start(v View) ([]Action, error)
+	OnEvent(e Event, v View) []Action
+}
+
+// ModelInfo is what a policy may know about a model: its architecture, its cost model on the
+// cluster's GPU (the "offline profile") and its output-length distribution.
+type ModelInfo struct {
+	Name   string
+	Arch   *sim.Model
+	Cost   *sim.CostModel
+	Engine sim.EngineConfig
+	// Output is the profiled output-length distribution of the model's calls (nil if unknown).
+	Output traces.LengthDist
+	// Memory is the fraction of a worker's memory the model's engine takes
+	// (its gpu_memory_utilization); models fit together while their fractions sum to <= 1.
+	Memory float64
+	// LoadTime is the predicted time to load the model.
+	LoadTime time.Duration
+}
+
+// View is the read-only state of the cluster and the work, as the Driver knows it.
+type View interface {
+	Now() time.Duration
+	Workers() int
+	// Models lists the experiment's models.
+	Models() []ModelInfo
+	Model(name string) (ModelInfo, bool)
+	// Holds lists the models loaded (not loading) on w, in load order.
+	Holds(w WorkerID) []string
+	// Loading lists the models being loaded on w.
+	Loading(w WorkerID) []string
+	// Fits reports whether model could be loaded on w next to what it holds and is loading.
+	Fits(w WorkerID, model string) bool
+	// InFlight counts calls submitted to w (of model, or of any model when model is "") and not done.
+	InFlight(w WorkerID, model string) int
+	// Ready lists calls released and not yet submitted, in release order.
+	Ready() []CallRef
+	// Expected counts the calls of a stage and model that will run in total, as far as known:
+	// every expert call, and aggregator calls released so far plus those of queries still
+	// waiting for their experts (which the rule may yet skip).
+	Expected(stage traces.Stage, model string) int
+	// Remaining counts the calls of a stage and model not yet finished, as Expected does.
+	Remaining(stage traces.Stage, model string) int
+	// Queries is the number of queries; K the experts per query.
+	Queries() int
+	K() int
+}

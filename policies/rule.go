@@ -1,0 +1,80 @@
+package policies
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Rule is an aggregation rule: given the answers a query's k experts extracted, it decides
+// whether the aggregator LLM runs or the majority answer is final.
+type Rule interface {
+	Name() string
+	Decide(answers []string) Decision
+}
+
+// Decision is a Rule's verdict on one query.
+type Decision struct {
+	// Skip says the aggregator does not run; Majority is then the final answer.
+	Skip bool
+	// Majority is the most voted answer ("" when no expert gave one); ties go to the
+	// alphabetically first answer.
+	Majority string
+	// Votes is the number of experts that gave the majority answer.
+	Votes int
+	// Confidence is Votes / k.
+	Confidence float64
+}
+
+// Vote counts answers: the most voted one (ties to the alphabetically first) and its votes.
+// Empty answers (none extracted) count towards k but vote for nothing.
+func Vote(answers []string) (majority string, votes int) {
+	counts := map[string]int{}
+	for _, a := range answers {
+		if a != "" {
+			counts[a]++
+		}
+	}
+	keys := make([]string, 0, len(counts))
+	for a := range counts {
+		keys = append(keys, a)
+	}
+	sort.Strings(keys)
+	for _, a := range keys {
+		if counts[a] > votes {
+			majority, votes = a, counts[a]
+		}
+	}
+	return majority, votes
+}
+
+// ConfidenceSkip is MOSAIC's confidence-aware aggregation: with confidence
+// C(q) = max_a |{i : a_i = a}| / k, the aggregator is skipped when C(q) >= Threshold and the
+// majority answer is final. Threshold 1 skips only unanimous queries; 2/3 also skips 2:1
+// majorities of three; a threshold above 1 never skips.
+type ConfidenceSkip struct {
+	Threshold float64
+}
+
+// NeverSkip always runs the aggregator.
+func NeverSkip() ConfidenceSkip { return ConfidenceSkip{Threshold: math.Inf(1)} }
+
+// Name implements Rule.
+func (r ConfidenceSkip) Name() string {
+	if r.Threshold > 1 {
+		return "never-skip"
+	}
+	return fmt.Sprintf("skip C>=%.3g", r.Threshold)
+}
+
+// Decide implements Rule.
+func (r ConfidenceSkip) Decide(answers []string) Decision {
+	m, v := Vote(answers)
+	d := Decision{Majority: m, Votes: v}
+	if len(answers) > 0 {
+		d.Confidence = float64(v) / float64(len(answers))
+	}
+	// A small tolerance so that T = 2/3 written as 0.6667 or 0.666 still means "two of three".
+	d.Skip = v > 0 && d.Confidence >= r.Threshold-1e-3
+	return d
+}

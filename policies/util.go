@@ -1,0 +1,5 @@
+package policies
+
+import "math"
+
+func nan() float64 { return math.NaN() }

@@ -1,0 +1,244 @@
+package cluster_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/policies/dataparallel"
+	"github.com/mosaic-sched/mosaic/policies/roundrobin"
+	"github.com/mosaic-sched/mosaic/sim"
+	"github.com/mosaic-sched/mosaic/sim/cluster"
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// setup builds models named M0..Mn-1 (all Llama-3-8B on A100-80GB) for a cluster.
+func setup(t *testing.T, n int) ([]policies.ModelInfo, map[string]cluster.ModelSetup) {
+	t.Helper()
+	cat := sim.DefaultCatalog()
+	g, err := cat.GPU("A100-80GB")
+	require.NoError(t, err)
+	arch, err := cat.Model("llama-3-8b")
+	require.NoError(t, err)
+	cm, err := sim.NewCostModel(arch, g, sim.DefaultProfile().For(g))
+	require.NoError(t, err)
+	blocks, err := cm.KVBlocks(0.9, 8192, 16)
+	require.NoError(t, err)
+	ec := sim.EngineConfig{MaxNumSeqs: 256, MaxBatchedTokens: 8192, ChunkedPrefill: true, BlockSize: 16, NumBlocks: blocks, WatermarkBlocks: blocks / 100}
+	var infos []policies.ModelInfo
+	setups := map[string]cluster.ModelSetup{}
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("M%d", i)
+		infos = append(infos, policies.ModelInfo{Name: name, Arch: arch, Cost: cm, Engine: ec, Memory: 0.9, LoadTime: cm.LoadTime()})
+		setups[name] = cluster.ModelSetup{Cost: cm, Engine: ec}
+	}
+	return infos, setups
+}
+
+// workload builds queries whose k experts are chosen round the model list, with fixed lengths.
+func workload(queries, k, models int, out func(q, i int) int, agreeEvery int) *traces.Workload {
+	wl := &traces.Workload{Name: "t"}
+	for q := 0; q < queries; q++ {
+		qu := traces.Query{ID: q, PromptTokens: 100, Gold: "A"}
+		for i := 0; i < k; i++ {
+			ans := "A"
+			if agreeEvery > 0 && q%agreeEvery != 0 && i == 0 {
+				ans = "B" // a 2:1 split on most queries
+			}
+			qu.Experts = append(qu.Experts, traces.Call{ID: q*(k+1) + i, Query: q, Stage: traces.StageExpert,
+				Model: fmt.Sprintf("M%d", (q+i)%models), InputTokens: 100, OutputTokens: out(q, i), ForwardTokens: 50, Answer: ans})
+		}
+		qu.Aggregator = traces.Call{ID: q*(k+1) + k, Query: q, Stage: traces.StageAggregator, Model: "M0",
+			InputTokens: 100 + 50*k, OutputTokens: 200, Answer: "A"}
+		wl.Queries = append(wl.Queries, qu)
+	}
+	return wl
+}
+
+func run(t *testing.T, p policies.Policy, rule policies.Rule, wl *traces.Workload, models, workers int) *policies.Result {
+	t.Helper()
+	infos, setups := setup(t, models)
+	cl, err := cluster.New(cluster.Config{Workers: workers, Models: setups, UnloadTime: time.Second})
+	require.NoError(t, err)
+	d, err := policies.NewDriver(cl, p, rule, wl, infos, workers)
+	require.NoError(t, err)
+	res, err := d.Run(context.Background())
+	require.NoError(t, err)
+	checkInvariants(t, res, wl, rule)
+	return res
+}
+
+// checkInvariants are the properties every simulated run must have.
+func checkInvariants(t *testing.T, res *policies.Result, wl *traces.Workload, rule policies.Rule) {
+	t.Helper()
+	seen := map[int]bool{}
+	// Each call ran once, on a worker that held its model for the whole call.
+	for _, c := range res.Calls {
+		require.False(t, seen[c.Call.ID], "call %d ran twice", c.Call.ID)
+		seen[c.Call.ID] = true
+		require.Equal(t, "done", c.Status)
+		tm := c.Timing
+		require.True(t, c.Ready <= tm.Submitted && tm.Submitted <= tm.Started && tm.Started < tm.FirstToken && tm.FirstToken <= tm.End,
+			"call %d timing %+v ready %v", c.Call.ID, tm, c.Ready)
+		held := false
+		for _, l := range res.Loads {
+			if l.Worker == c.Worker && l.Model == c.Call.Model && l.End <= tm.Submitted {
+				held = true
+			}
+		}
+		require.True(t, held, "call %d on worker %d without %s loaded", c.Call.ID, c.Worker, c.Call.Model)
+	}
+	// Every expert call ran; an aggregator call ran exactly when the rule did not skip.
+	for qi, q := range wl.Queries {
+		for _, e := range q.Experts {
+			require.True(t, seen[e.ID], "expert call %d never ran", e.ID)
+		}
+		answers := make([]string, len(q.Experts))
+		for i, e := range q.Experts {
+			answers[i] = e.Answer
+		}
+		skip := rule.Decide(answers).Skip
+		require.Equal(t, !skip, seen[q.Aggregator.ID], "query %d", qi)
+		require.Equal(t, skip, res.Queries[qi].Skipped)
+	}
+	// The makespan is at least the longest call on its own and the first load.
+	s := res.Summary()
+	for _, c := range res.Calls {
+		require.GreaterOrEqual(t, s.E2E, c.Timing.End-c.Timing.Started)
+	}
+	require.Greater(t, s.E2E, res.Loads[0].End-res.Loads[0].Start)
+	require.LessOrEqual(t, s.GPUBusyFrac, 1.0)
+}
+
+func TestRoundRobinServesEachModelOnce(t *testing.T) {
+	wl := workload(60, 3, 6, func(q, i int) int { return 100 + 10*(q%7) }, 0)
+	res := run(t, roundrobin.New("M0"), policies.NeverSkip(), wl, 6, 4)
+	// Six models on four workers: each model loaded exactly once.
+	loads := map[string]int{}
+	for _, l := range res.Loads {
+		loads[l.Model]++
+		assert.Equal(t, policies.WorkerID(modelIndex(l.Model)%4), l.Worker, "model %s", l.Model)
+	}
+	for i := 0; i < 6; i++ {
+		assert.Equal(t, 1, loads[fmt.Sprintf("M%d", i)])
+	}
+	// The aggregator stage starts after the last expert call (the barrier).
+	s := res.Summary()
+	for _, c := range res.Calls {
+		if c.Call.Stage == traces.StageAggregator {
+			assert.GreaterOrEqual(t, c.Timing.Submitted, s.ExpertStage)
+			assert.Equal(t, policies.WorkerID(0), c.Worker)
+		}
+	}
+	assert.Equal(t, 60, s.AggregatorCalls)
+}
+
+func modelIndex(name string) int {
+	var i int
+	fmt.Sscanf(name, "M%d", &i)
+	return i
+}
+
+func TestDataParallelLoadsEveryModelEverywhere(t *testing.T) {
+	wl := workload(60, 3, 6, func(q, i int) int { return 100 }, 0)
+	res := run(t, dataparallel.New("M0"), policies.NeverSkip(), wl, 6, 4)
+	loads := map[string]int{}
+	for _, l := range res.Loads {
+		loads[l.Model]++
+	}
+	for i := 0; i < 6; i++ {
+		assert.Equal(t, 4, loads[fmt.Sprintf("M%d", i)], "M%d loaded on every worker", i)
+	}
+	// Calls of each model are spread evenly.
+	perWorker := map[string]map[policies.WorkerID]int{}
+	for _, c := range res.Calls {
+		if c.Call.Stage != traces.StageExpert {
+			continue
+		}
+		if perWorker[c.Call.Model] == nil {
+			perWorker[c.Call.Model] = map[policies.WorkerID]int{}
+		}
+		perWorker[c.Call.Model][c.Worker]++
+	}
+	for m, pw := range perWorker {
+		for w, n := range pw {
+			assert.InDelta(t, 30/4.0, n, 1, "model %s worker %d", m, w)
+		}
+	}
+}
+
+func TestSkippingRemovesAggregatorCalls(t *testing.T) {
+	wl := workload(30, 3, 3, func(q, i int) int { return 50 }, 3) // every third query unanimous
+	never := run(t, roundrobin.New("M0"), policies.NeverSkip(), wl, 3, 3)
+	unanimous := run(t, roundrobin.New("M0"), policies.ConfidenceSkip{Threshold: 1}, wl, 3, 3)
+	majority := run(t, roundrobin.New("M0"), policies.ConfidenceSkip{Threshold: 2.0 / 3}, wl, 3, 3)
+	assert.Equal(t, 0, never.Summary().AggregatorSkipped)
+	assert.Equal(t, 10, unanimous.Summary().AggregatorSkipped)
+	assert.Equal(t, 30, majority.Summary().AggregatorSkipped)
+	assert.Less(t, unanimous.Summary().AggregatorStage, never.Summary().AggregatorStage)
+}
+
+// The straggler: one model with long outputs makes its round-robin worker finish last.
+func TestRoundRobinStraggler(t *testing.T) {
+	wl := workload(120, 3, 6, func(q, i int) int {
+		if (q+i)%6 == 1 {
+			return 3000 // M1 is a reasoning model
+		}
+		return 200
+	}, 0)
+	res := run(t, roundrobin.New("M0"), policies.NeverSkip(), wl, 6, 4)
+	busy := map[policies.WorkerID]time.Duration{}
+	for _, iv := range res.WorkerIntervals() {
+		if iv.Kind == "busy" {
+			busy[iv.Worker] += iv.End - iv.Start
+		}
+	}
+	assert.Greater(t, busy[1], 2*busy[2], "worker 1 (M1, M5) is the straggler: %v", busy)
+}
+
+func TestDeterministic(t *testing.T) {
+	wl := workload(40, 3, 4, func(q, i int) int { return 50 + (q*7+i*13)%400 }, 2)
+	a := run(t, dataparallel.New("M0"), policies.ConfidenceSkip{Threshold: 1}, wl, 4, 3)
+	b := run(t, dataparallel.New("M0"), policies.ConfidenceSkip{Threshold: 1}, wl, 4, 3)
+	assert.Equal(t, a.Calls, b.Calls)
+	assert.Equal(t, a.Loads, b.Loads)
+}
+
+// A policy that breaks an invariant fails the run with a message naming it.
+type badPolicy struct{}
+
+func (badPolicy) Name() string { return "bad" }
+func (badPolicy) Start(v policies.View) ([]policies.Action, error) {
+	return []policies.Action{policies.Submit(0, v.Ready()[0].ID)}, nil
+}
+func (badPolicy) OnEvent(policies.Event, policies.View) []policies.Action { return nil }
+
+type idlePolicy struct{}
+
+func (idlePolicy) Name() string                                            { return "idle" }
+func (idlePolicy) Start(policies.View) ([]policies.Action, error)          { return nil, nil }
+func (idlePolicy) OnEvent(policies.Event, policies.View) []policies.Action { return nil }
+
+func TestDriverRejectsBadPolicies(t *testing.T) {
+	wl := workload(4, 3, 3, func(q, i int) int { return 10 }, 0)
+	infos, setups := setup(t, 3)
+	for _, tc := range []struct {
+		p    policies.Policy
+		want string
+	}{
+		{badPolicy{}, "policy bad at 0s: submit call 0 to worker 0: the worker does not hold M0"},
+		{idlePolicy{}, "policy idle stalled at 0s: 4 queries incomplete, 12 calls ready but never submitted"},
+	} {
+		cl, err := cluster.New(cluster.Config{Workers: 2, Models: setups})
+		require.NoError(t, err)
+		d, err := policies.NewDriver(cl, tc.p, policies.NeverSkip(), wl, infos, 2)
+		require.NoError(t, err)
+		_, err = d.Run(context.Background())
+		assert.ErrorContains(t, err, tc.want)
+	}
+}

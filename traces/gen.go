@@ -1,0 +1,728 @@
+package traces
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+)
+
+// Defaults of a GenSpec's zero fields.
+const (
+	// DefaultTokensPerWord converts question words to prompt tokens.
+	DefaultTokensPerWord = 1.35
+	// DefaultOptions is the number of answer letters of a multiple-choice question (A-D).
+	DefaultOptions = 4
+	// DefaultSkill is the one skill of a workload generated without questions or skills.
+	DefaultSkill = "general"
+	// MaxOptions is the largest number of answer letters (A-Z).
+	MaxOptions = 26
+)
+
+// GenSpec describes a synthetic Mixture-of-Agents workload: which questions arrive, how they
+// are routed to k experts out of a pool (skill-based routing with skewed expert demand, as
+// Symbolic-MoE does), how long every response is, and what every expert answers.
+type GenSpec struct {
+	// Name of the workload.
+	Name string
+	// Queries is the number of queries; 0 means one per question in Questions. With Questions,
+	// a smaller number takes a random subset (kept in question order) and a larger one repeats
+	// the whole list and then a random subset.
+	Queries int
+	// Questions is a real question list: the prompt length is Words*TokensPerWord +
+	// TemplateTokens, the skill is the Category (the Dataset where the category is empty) and
+	// the gold answer is Gold (drawn uniformly where empty; a gold that is not an answer
+	// letter, such as AIME's integers, is kept and every letter counts as a wrong answer). If
+	// nil, prompt lengths come from PromptTokens and skills uniformly from Skills.
+	Questions []Question
+	// PromptTokens is the question length when Questions is nil (TemplateTokens is added).
+	PromptTokens LengthDist
+	// Skills are the skill names drawn uniformly when Questions is nil (default: one skill,
+	// DefaultSkill).
+	Skills []string
+	// Dataset names the queries' dataset when Questions is nil (default: Name).
+	Dataset string
+	// TemplateTokens is the prompt template added to every question.
+	TemplateTokens int
+	// TokensPerWord converts question words to tokens (default DefaultTokensPerWord).
+	TokensPerWord float64
+	// Experts is the expert pool, in order.
+	Experts []ExpertSpec
+	// K is the number of experts per query, drawn with replacement (as Symbolic-MoE does),
+	// weighted by the query's skill profile.
+	K int
+	// Skew is the target max/min ratio of expert popularity: the default global weights fall
+	// geometrically from 1 (first expert) to 1/Skew (last expert). 0 means 1 (uniform).
+	// ExpertSpec.Weight > 0 overrides an expert's global weight.
+	Skew float64
+	// SkillSpread is 0 when every skill routes by the global weights; when > 0, each skill's
+	// profile is the global weights times lognormal noise exp(SkillSpread * N(0,1)), drawn per
+	// expert from a stream that depends only on the seed and the skill name.
+	SkillSpread float64
+	// Aggregator is the aggregator model and its behaviour; an empty Model means no aggregator
+	// calls (Query.Aggregator.Model is left empty).
+	Aggregator AggregatorSpec
+	// Votes is the answer model of the experts.
+	Votes VoteSpec
+	// ArrivalRate is the Poisson arrival rate in queries per second; 0 puts every query at t=0
+	// (the offline batch of the paper). Arrivals have microsecond resolution.
+	ArrivalRate float64
+}
+
+// ExpertSpec is one expert model of the pool.
+type ExpertSpec struct {
+	// Name is the experiment's model name.
+	Name string
+	// Output is the length of the expert's response.
+	Output LengthDist
+	// Forward is how many tokens of the response the aggregator's prompt carries (the response
+	// with its reasoning stripped); nil forwards the whole output. Always capped at the output.
+	Forward LengthDist
+	// Accuracy is the probability of a correct answer on a question of average difficulty
+	// (VoteSpec.Difficulty shifts it per query on the logit scale).
+	Accuracy float64
+	// Weight, when > 0, replaces the expert's global routing weight from Skew.
+	Weight float64
+}
+
+// AggregatorSpec is the aggregator model: the length of its response and how its answer
+// relates to the experts' answers.
+type AggregatorSpec struct {
+	// Model is the experiment's model name of the aggregator ("" = no aggregator calls).
+	Model string
+	// Output is the length of the aggregator's response to a fully split query (see
+	// DisagreementScale).
+	Output LengthDist
+	// TemplateTokens is the aggregator prompt's template, added to the question and the
+	// forwarded expert responses.
+	TemplateTokens int
+	// DisagreementScale multiplies the output length of a unanimous query relative to a fully
+	// split one (PAPERS.md: 1,064 vs 2,696 tokens, about 0.39); the multiplier is linear in the
+	// confidence C(q) between 1/k (multiplier 1) and 1 (multiplier DisagreementScale), and the
+	// result is clamped to [1, Output.Max()]. 0 means 1 (no effect), as does k = 1.
+	DisagreementScale float64
+	// Accuracy is the probability that the aggregator answers correctly when the experts'
+	// strict majority is wrong or there is none; otherwise it repeats the wrong majority or, with
+	// no majority, one of the experts' wrong answers.
+	Accuracy float64
+	// KeepMajority is the probability that the aggregator keeps a correct strict majority
+	// (otherwise it answers a wrong letter). 0 means 1.
+	KeepMajority float64
+}
+
+// VoteSpec is the answer model of the experts. Query q draws a difficulty shift
+// δ_q ~ Normal(0, Difficulty) and a shared wrong "attractor" letter; expert i answers correctly
+// with probability sigmoid(logit(Accuracy_i) + δ_q) (Accuracy 0 and 1 are never shifted);
+// a wrong answer is the attractor with probability ErrorCorrelation and otherwise a uniformly
+// random wrong letter.
+type VoteSpec struct {
+	// Options is the number of answer letters (default DefaultOptions; 10 for MMLU-Pro).
+	Options int
+	// ErrorCorrelation, in [0, 1], is the probability that a wrong answer is the query's
+	// attractor distractor rather than a uniformly random wrong letter.
+	ErrorCorrelation float64
+	// Difficulty, >= 0, is the standard deviation of the per-query logit shift.
+	Difficulty float64
+	// Unanimous and Majority are optional targets for the share of queries whose k answers are
+	// unanimous, and whose top answer has a strict majority but not every vote. When either
+	// is > 0, Generate first calls CalibrateVotes and uses the ErrorCorrelation and Difficulty
+	// it finds in place of the given ones.
+	Unanimous, Majority float64
+}
+
+// CalibrationTolerance is how far (as a share, 0.02 = 2 percentage points) a calibrated vote
+// share may miss its target before CalibrateVotes reports an error.
+const CalibrationTolerance = 0.02
+
+// Generate draws a workload from spec. Every random choice comes from its own stream derived
+// from seed and a stream name ("questions", "skills", "prompts", "gold", "routing", "votes",
+// "aggregator", "lengths", "arrivals"), so the same spec and seed always give the same
+// workload, and changing one aspect (say the vote model) leaves the others (routing, lengths)
+// unchanged.
+//
+// Call IDs follow Call.ID: query q's expert call i is q*(k+1)+i and its aggregator call
+// q*(k+1)+k. Expert calls carry InputTokens = the query's PromptTokens; the aggregator call
+// carries InputTokens = PromptTokens + Aggregator.TemplateTokens + the experts' ForwardTokens.
+func Generate(spec GenSpec, seed uint64) (*Workload, error) {
+	p, err := newPlan(spec, seed)
+	if err != nil {
+		return nil, err
+	}
+	if p.votes.Unanimous > 0 || p.votes.Majority > 0 {
+		vs, _, err := p.calibrate()
+		if err != nil {
+			return nil, err
+		}
+		p.votes = vs
+	}
+	return p.build()
+}
+
+// CalibrateVotes searches spec.Votes.ErrorCorrelation in [0, 1] and spec.Votes.Difficulty in
+// [0, 3] (a coarse grid, then two finer grids around the best point) so that the unanimous
+// and majority shares of the workload Generate(spec, seed) draws match the targets
+// spec.Votes.Unanimous and spec.Votes.Majority (a target of 0 is not matched). The search
+// simulates exactly that workload's votes, so the achieved shares are the ones Generate with
+// the returned VoteSpec and the same seed produces. It returns the VoteSpec and the shares it
+// achieves, and an error (with both) when a target is missed by more than
+// CalibrationTolerance.
+func CalibrateVotes(spec GenSpec, seed uint64) (VoteSpec, VoteShares, error) {
+	p, err := newPlan(spec, seed)
+	if err != nil {
+		return spec.Votes, VoteShares{}, err
+	}
+	return p.calibrate()
+}
+
+// Validate checks the spec and reports the first problem.
+func (s *GenSpec) Validate() error {
+	_, err := s.normalized()
+	return err
+}
+
+// normalized validates the spec and returns a copy with defaults filled in.
+func (s *GenSpec) normalized() (GenSpec, error) {
+	n := *s
+	fail := func(format string, args ...any) (GenSpec, error) {
+		return GenSpec{}, fmt.Errorf("workload %q: %s", s.Name, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case n.K < 1:
+		return fail("k (experts per query) must be at least 1, got %d", n.K)
+	case len(n.Experts) == 0:
+		return fail("the expert pool is empty: k = %d needs at least one expert", n.K)
+	case n.Queries < 0:
+		return fail("queries must not be negative, got %d", n.Queries)
+	case n.Questions == nil && n.Queries == 0:
+		return fail("queries must be positive when no questions are given")
+	case n.Questions != nil && len(n.Questions) == 0:
+		return fail("the question list is empty")
+	case n.Questions == nil && n.PromptTokens == nil:
+		return fail("prompt tokens: a length distribution is needed when no questions are given")
+	case n.TemplateTokens < 0:
+		return fail("template tokens must not be negative, got %d", n.TemplateTokens)
+	case n.TokensPerWord < 0 || math.IsNaN(n.TokensPerWord) || math.IsInf(n.TokensPerWord, 0):
+		return fail("tokens per word must be positive, got %g", n.TokensPerWord)
+	case n.Skew != 0 && !(n.Skew >= 1 && !math.IsInf(n.Skew, 0)):
+		return fail("skew is the max/min ratio of expert popularity and must be at least 1 (or 0 for uniform), got %g", n.Skew)
+	case !(n.SkillSpread >= 0) || math.IsInf(n.SkillSpread, 0):
+		return fail("skill spread must not be negative, got %g", n.SkillSpread)
+	case !(n.ArrivalRate >= 0) || math.IsInf(n.ArrivalRate, 0):
+		return fail("arrival rate must not be negative, got %g", n.ArrivalRate)
+	}
+	if n.TokensPerWord == 0 {
+		n.TokensPerWord = DefaultTokensPerWord
+	}
+	if n.Skew == 0 {
+		n.Skew = 1
+	}
+	if n.Questions == nil {
+		if n.Skills == nil {
+			n.Skills = []string{DefaultSkill}
+		}
+		if len(n.Skills) == 0 {
+			return fail("the skill list is empty")
+		}
+		if n.Dataset == "" {
+			n.Dataset = n.Name
+		}
+		if err := checkDist(n.PromptTokens); err != nil {
+			return fail("prompt tokens: %v", err)
+		}
+	}
+	for i, e := range n.Experts {
+		where := fmt.Sprintf("expert %d (%q)", i, e.Name)
+		switch {
+		case e.Name == "":
+			return fail("expert %d has no name", i)
+		case e.Output == nil:
+			return fail("%s: output tokens: a length distribution is needed", where)
+		case !(e.Accuracy >= 0 && e.Accuracy <= 1):
+			return fail("%s: accuracy must be in [0, 1], got %g", where, e.Accuracy)
+		case !(e.Weight >= 0) || math.IsInf(e.Weight, 0):
+			return fail("%s: weight must not be negative, got %g", where, e.Weight)
+		}
+		if err := checkDist(e.Output); err != nil {
+			return fail("%s: output tokens: %v", where, err)
+		}
+		if e.Forward != nil {
+			if err := checkDist(e.Forward); err != nil {
+				return fail("%s: forward tokens: %v", where, err)
+			}
+		}
+	}
+	agg, err := n.Aggregator.normalized()
+	if err != nil {
+		return fail("%v", err)
+	}
+	n.Aggregator = agg
+	v := &n.Votes
+	if v.Options == 0 {
+		v.Options = DefaultOptions
+	}
+	switch {
+	case v.Options < 2 || v.Options > MaxOptions:
+		return fail("votes: options must be in [2, %d], got %d", MaxOptions, v.Options)
+	case !(v.ErrorCorrelation >= 0 && v.ErrorCorrelation <= 1):
+		return fail("votes: error correlation must be in [0, 1], got %g", v.ErrorCorrelation)
+	case !(v.Difficulty >= 0) || math.IsInf(v.Difficulty, 0):
+		return fail("votes: difficulty must not be negative, got %g", v.Difficulty)
+	case !(v.Unanimous >= 0 && v.Unanimous <= 1):
+		return fail("votes: unanimous share target must be in [0, 1], got %g", v.Unanimous)
+	case !(v.Majority >= 0 && v.Majority <= 1):
+		return fail("votes: majority share target must be in [0, 1], got %g", v.Majority)
+	case v.Unanimous+v.Majority > 1:
+		return fail("votes: unanimous (%g) and majority (%g) share targets add up to more than 1", v.Unanimous, v.Majority)
+	}
+	return n, nil
+}
+
+// normalized validates the aggregator and returns a copy with defaults filled in.
+func (a AggregatorSpec) normalized() (AggregatorSpec, error) {
+	if a.Model != "" {
+		if a.Output == nil {
+			return a, fmt.Errorf("aggregator %q: output tokens: a length distribution is needed", a.Model)
+		}
+		if err := checkDist(a.Output); err != nil {
+			return a, fmt.Errorf("aggregator %q: output tokens: %v", a.Model, err)
+		}
+	}
+	switch {
+	case a.TemplateTokens < 0:
+		return a, fmt.Errorf("aggregator template tokens must not be negative, got %d", a.TemplateTokens)
+	case !(a.DisagreementScale >= 0) || math.IsInf(a.DisagreementScale, 0):
+		return a, fmt.Errorf("aggregator disagreement scale must not be negative, got %g", a.DisagreementScale)
+	case !(a.Accuracy >= 0 && a.Accuracy <= 1):
+		return a, fmt.Errorf("aggregator accuracy must be in [0, 1], got %g", a.Accuracy)
+	case !(a.KeepMajority >= 0 && a.KeepMajority <= 1):
+		return a, fmt.Errorf("aggregator keep-majority probability must be in [0, 1], got %g", a.KeepMajority)
+	}
+	if a.DisagreementScale == 0 {
+		a.DisagreementScale = 1
+	}
+	if a.KeepMajority == 0 {
+		a.KeepMajority = 1
+	}
+	return a, nil
+}
+
+// checkDist rejects distributions that cannot return a valid length.
+func checkDist(d LengthDist) error {
+	if d.Max() < 1 {
+		return fmt.Errorf("%s: the largest length must be at least 1", d)
+	}
+	switch d := d.(type) {
+	case Uniform:
+		if d.Lo < 1 || d.Hi < d.Lo {
+			return fmt.Errorf("%s: needs 1 <= lo <= hi", d)
+		}
+	case *LogNormal:
+		if d.MinLen < 1 || d.MaxLen < d.MinLen {
+			return fmt.Errorf("%s: needs 1 <= min <= max", d)
+		}
+	}
+	return nil
+}
+
+// drawLength draws one length and checks the LengthDist contract.
+func drawLength(d LengthDist, r *rand.Rand) (int, error) {
+	v := d.Sample(r)
+	if v < 1 || v > d.Max() {
+		return 0, fmt.Errorf("%s drew %d, outside [1, %d]", d, v, d.Max())
+	}
+	return v, nil
+}
+
+// genStream returns the random source of one named stream of a seeded generator.
+func genStream(seed uint64, name string) *rand.Rand {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return rand.New(rand.NewPCG(seed, h.Sum64()))
+}
+
+// plan holds every draw of a workload that does not depend on the vote model, so that
+// calibration can re-cast the votes many times on the same queries, routes and random numbers.
+type plan struct {
+	spec    GenSpec
+	seed    uint64
+	votes   VoteSpec
+	logits  []float64 // logit of each expert's accuracy (±Inf for 0 and 1)
+	queries []planQuery
+}
+
+type planQuery struct {
+	dataset, skill, gold string
+	prompt               int
+	// wrong are the wrong answer labels: the answer letters without the gold one.
+	wrong   []string
+	experts []int
+	// Vote draws: the difficulty shift's normal deviate, the attractor's uniform, and per
+	// expert three uniforms (correct?, attractor?, which wrong letter).
+	z, attractor float64
+	u            [][3]float64
+}
+
+func newPlan(spec GenSpec, seed uint64) (*plan, error) {
+	s, err := spec.normalized()
+	if err != nil {
+		return nil, err
+	}
+	p := &plan{spec: s, seed: seed, votes: s.Votes}
+	letters := make([]string, s.Votes.Options)
+	for i := range letters {
+		letters[i] = answerLetter(i)
+	}
+	wrongWithout := map[string][]string{}
+	wrongOf := func(gold string) []string {
+		if w, ok := wrongWithout[gold]; ok {
+			return w
+		}
+		w := slices.DeleteFunc(slices.Clone(letters), func(l string) bool { return l == gold })
+		wrongWithout[gold] = w
+		return w
+	}
+	goldStream := genStream(seed, "gold")
+	fail := func(format string, args ...any) (*plan, error) {
+		return nil, fmt.Errorf("workload %q: %s", s.Name, fmt.Sprintf(format, args...))
+	}
+
+	// Questions: prompt, skill and gold of every query.
+	if s.Questions != nil {
+		for _, qi := range pickQuestions(len(s.Questions), s.Queries, genStream(seed, "questions")) {
+			q := s.Questions[qi]
+			pq := planQuery{dataset: q.Dataset, skill: q.Category, gold: q.Gold}
+			if pq.skill == "" {
+				pq.skill = q.Dataset
+			}
+			pq.prompt = max(1, int(math.Round(float64(q.Words)*s.TokensPerWord))+s.TemplateTokens)
+			if pq.gold == "" {
+				pq.gold = letters[goldStream.IntN(len(letters))]
+			} else if len(pq.gold) == 1 && pq.gold[0] >= 'A' && pq.gold[0] <= 'Z' && int(pq.gold[0]-'A') >= len(letters) {
+				return fail("%s question %d has gold answer %q, outside the %d answer letters A-%s (set votes.options)",
+					q.Dataset, q.Index, q.Gold, len(letters), letters[len(letters)-1])
+			}
+			p.queries = append(p.queries, pq)
+		}
+	} else {
+		skills, prompts := genStream(seed, "skills"), genStream(seed, "prompts")
+		p.queries = make([]planQuery, s.Queries)
+		for i := range p.queries {
+			pq := &p.queries[i]
+			pq.dataset = s.Dataset
+			pq.skill = s.Skills[skills.IntN(len(s.Skills))]
+			n, err := drawLength(s.PromptTokens, prompts)
+			if err != nil {
+				return fail("prompt tokens: %v", err)
+			}
+			pq.prompt = n + s.TemplateTokens
+			pq.gold = letters[goldStream.IntN(len(letters))]
+		}
+	}
+
+	// Routing: k experts per query, with replacement, by the skill's profile.
+	global := GlobalWeights(s.Experts, s.Skew)
+	cumulative := map[string][]float64{}
+	routing := genStream(seed, "routing")
+	votes := genStream(seed, "votes")
+	for i := range p.queries {
+		pq := &p.queries[i]
+		pq.wrong = wrongOf(pq.gold)
+		cum, ok := cumulative[pq.skill]
+		if !ok {
+			cum = cumulate(SkillProfile(global, s.SkillSpread, pq.skill, seed))
+			cumulative[pq.skill] = cum
+		}
+		pq.experts = make([]int, s.K)
+		for j := range pq.experts {
+			pq.experts[j] = pickWeighted(cum, routing.Float64())
+		}
+		pq.z, pq.attractor = votes.NormFloat64(), votes.Float64()
+		pq.u = make([][3]float64, s.K)
+		for j := range pq.u {
+			pq.u[j] = [3]float64{votes.Float64(), votes.Float64(), votes.Float64()}
+		}
+	}
+	p.logits = make([]float64, len(s.Experts))
+	for i, e := range s.Experts {
+		p.logits[i] = math.Log(e.Accuracy / (1 - e.Accuracy))
+	}
+	return p, nil
+}
+
+// pickQuestions chooses n of total question indices (n = 0: all), in question order: a random
+// subset when n < total, the whole list repeated and then a random subset when n > total.
+func pickQuestions(total, n int, r *rand.Rand) []int {
+	if n == 0 {
+		n = total
+	}
+	var out []int
+	for n >= total {
+		for i := range total {
+			out = append(out, i)
+		}
+		n -= total
+	}
+	if n > 0 {
+		subset := r.Perm(total)[:n]
+		slices.Sort(subset)
+		out = append(out, subset...)
+	}
+	return out
+}
+
+// GlobalWeights returns the pool's global routing weights: geometric from 1 (first expert)
+// down to 1/skew (last expert), except where an expert's Weight > 0 overrides its own.
+func GlobalWeights(experts []ExpertSpec, skew float64) []float64 {
+	w := make([]float64, len(experts))
+	for i, e := range experts {
+		switch {
+		case e.Weight > 0:
+			w[i] = e.Weight
+		case len(experts) == 1 || skew <= 1:
+			w[i] = 1
+		default:
+			w[i] = math.Pow(skew, -float64(i)/float64(len(experts)-1))
+		}
+	}
+	return w
+}
+
+// SkillProfile returns one skill's routing weights: the global weights times lognormal noise
+// exp(spread * N(0,1)) per expert, drawn from a stream that depends only on seed and skill
+// (spread 0 returns the global weights).
+func SkillProfile(global []float64, spread float64, skill string, seed uint64) []float64 {
+	out := slices.Clone(global)
+	if spread == 0 {
+		return out
+	}
+	r := genStream(seed, "skill/"+skill)
+	for i := range out {
+		out[i] *= math.Exp(spread * r.NormFloat64())
+	}
+	return out
+}
+
+func cumulate(w []float64) []float64 {
+	out := make([]float64, len(w))
+	sum := 0.0
+	for i, x := range w {
+		sum += x
+		out[i] = sum
+	}
+	return out
+}
+
+// pickWeighted returns the index drawn by uniform u in [0, 1) from cumulative weights.
+func pickWeighted(cum []float64, u float64) int {
+	i, _ := slices.BinarySearch(cum, u*cum[len(cum)-1])
+	// BinarySearch finds the first cum >= target; an exact hit belongs to the next bucket.
+	for i < len(cum)-1 && cum[i] <= u*cum[len(cum)-1] {
+		i++
+	}
+	return i
+}
+
+// answer returns expert j's answer to query pq under the vote model: -1 for the gold answer,
+// otherwise an index into pq.wrong.
+func (p *plan) answer(pq *planQuery, j int, ec, difficulty float64) int {
+	u := pq.u[j]
+	l := p.logits[pq.experts[j]]
+	var correct float64
+	switch {
+	case math.IsInf(l, 1):
+		correct = 1
+	case math.IsInf(l, -1):
+		correct = 0
+	default:
+		correct = 1 / (1 + math.Exp(-(l + difficulty*pq.z)))
+	}
+	if u[0] < correct {
+		return -1
+	}
+	n := float64(len(pq.wrong))
+	if u[1] < ec {
+		return int(pq.attractor * n)
+	}
+	return int(u[2] * n)
+}
+
+// shares casts every query's votes under (ec, difficulty) and returns the pattern shares.
+func (p *plan) shares(ec, difficulty float64) VoteShares {
+	var counts [3]int
+	ans := make([]int, p.spec.K)
+	for qi := range p.queries {
+		pq := &p.queries[qi]
+		for j := range ans {
+			ans[j] = p.answer(pq, j, ec, difficulty)
+		}
+		top := 0
+		for j, a := range ans {
+			n := 0
+			for _, b := range ans[j:] {
+				if a == b {
+					n++
+				}
+			}
+			top = max(top, n)
+		}
+		counts[PatternOf(top, len(ans))]++
+	}
+	n := float64(len(p.queries))
+	return VoteShares{Unanimous: float64(counts[0]) / n, Majority: float64(counts[1]) / n, Split: float64(counts[2]) / n}
+}
+
+// calibrate searches ErrorCorrelation and Difficulty for the plan's vote-share targets.
+func (p *plan) calibrate() (VoteSpec, VoteShares, error) {
+	v := p.votes
+	if v.Unanimous == 0 && v.Majority == 0 {
+		return v, p.shares(v.ErrorCorrelation, v.Difficulty), errors.New("votes: calibration needs a unanimous or a majority share target")
+	}
+	// miss is the largest distance to a given target; ties prefer the point nearest to the
+	// spec's own values.
+	miss := func(s VoteShares) float64 {
+		m := 0.0
+		if v.Unanimous > 0 {
+			m = math.Abs(s.Unanimous - v.Unanimous)
+		}
+		if v.Majority > 0 {
+			m = max(m, math.Abs(s.Majority-v.Majority))
+		}
+		return m
+	}
+	const ecMax, dMax = 1.0, 3.0
+	bestEC, bestD, bestMiss, bestDist := 0.0, 0.0, math.Inf(1), math.Inf(1)
+	var bestShares VoteShares
+	search := func(ecLo, ecHi, dLo, dHi float64, steps int) {
+		for i := 0; i <= steps; i++ {
+			ec := min(ecMax, max(0, ecLo+(ecHi-ecLo)*float64(i)/float64(steps)))
+			for j := 0; j <= steps; j++ {
+				d := min(dMax, max(0, dLo+(dHi-dLo)*float64(j)/float64(steps)))
+				s := p.shares(ec, d)
+				m := miss(s)
+				dist := math.Hypot(ec-v.ErrorCorrelation, (d-v.Difficulty)/dMax)
+				if m < bestMiss-1e-12 || (m < bestMiss+1e-12 && dist < bestDist) {
+					bestEC, bestD, bestMiss, bestDist, bestShares = ec, d, m, dist, s
+				}
+			}
+		}
+	}
+	search(0, ecMax, 0, dMax, 30)
+	for _, step := range []float64{1.0 / 30, 1.0 / 300} {
+		search(bestEC-step, bestEC+step, bestD-step*dMax, bestD+step*dMax, 20)
+	}
+	v.ErrorCorrelation, v.Difficulty = bestEC, bestD
+	if bestMiss > CalibrationTolerance {
+		return v, bestShares, fmt.Errorf("workload %q: votes: cannot reach the targets unanimous %.3f, majority %.3f with k = %d (error correlation in [0, 1], difficulty in [0, 3]): best is unanimous %.3f, majority %.3f at error correlation %.3f, difficulty %.3f",
+			p.spec.Name, v.Unanimous, v.Majority, p.spec.K, bestShares.Unanimous, bestShares.Majority, bestEC, bestD)
+	}
+	return v, bestShares, nil
+}
+
+// build casts the votes, draws the aggregator answers, the lengths and the arrivals.
+func (p *plan) build() (*Workload, error) {
+	s := &p.spec
+	k := s.K
+	agg := &s.Aggregator
+	aggStream, lengths, arrivals := genStream(p.seed, "aggregator"), genStream(p.seed, "lengths"), genStream(p.seed, "arrivals")
+	wl := &Workload{Name: s.Name, Queries: make([]Query, len(p.queries))}
+	var now float64
+	for qi := range p.queries {
+		pq := &p.queries[qi]
+		q := &wl.Queries[qi]
+		*q = Query{ID: qi, Dataset: pq.dataset, Category: pq.skill, PromptTokens: pq.prompt, Gold: pq.gold, Experts: make([]Call, k)}
+		forwarded := 0
+		for j := range q.Experts {
+			e := &s.Experts[pq.experts[j]]
+			c := &q.Experts[j]
+			*c = Call{ID: qi*(k+1) + j, Query: qi, Stage: StageExpert, Model: e.Name, InputTokens: pq.prompt}
+			if a := p.answer(pq, j, p.votes.ErrorCorrelation, p.votes.Difficulty); a < 0 {
+				c.Answer = pq.gold
+			} else {
+				c.Answer = pq.wrong[a]
+			}
+			var err error
+			if c.OutputTokens, err = drawLength(e.Output, lengths); err != nil {
+				return nil, fmt.Errorf("workload %q: expert %q: output tokens: %w", s.Name, e.Name, err)
+			}
+			c.ForwardTokens = c.OutputTokens
+			if e.Forward != nil {
+				f, err := drawLength(e.Forward, lengths)
+				if err != nil {
+					return nil, fmt.Errorf("workload %q: expert %q: forward tokens: %w", s.Name, e.Name, err)
+				}
+				c.ForwardTokens = min(f, c.OutputTokens)
+			}
+			forwarded += c.ForwardTokens
+		}
+		q.Aggregator = Call{ID: qi*(k+1) + k, Query: qi, Stage: StageAggregator}
+		// The aggregator's answer draws come first and always, so that they do not depend on
+		// whether the workload has an aggregator.
+		uKeep, uWrong := aggStream.Float64(), aggStream.Float64()
+		if agg.Model != "" {
+			c := &q.Aggregator
+			c.Model = agg.Model
+			c.InputTokens = pq.prompt + agg.TemplateTokens + forwarded
+			c.Answer = aggregatorAnswer(q, pq.wrong, agg, uKeep, uWrong)
+			base, err := drawLength(agg.Output, lengths)
+			if err != nil {
+				return nil, fmt.Errorf("workload %q: aggregator %q: output tokens: %w", s.Name, agg.Model, err)
+			}
+			c.OutputTokens = scaleAggregatorOutput(base, q.Confidence(), k, agg.DisagreementScale, agg.Output.Max())
+		}
+		if s.ArrivalRate > 0 {
+			now += arrivals.ExpFloat64() / s.ArrivalRate
+			q.Arrival = time.Duration(math.Round(now*1e6)) * time.Microsecond
+		}
+	}
+	return wl, nil
+}
+
+// aggregatorAnswer decides the aggregator's answer to q from two uniforms: a correct strict
+// majority is kept with probability KeepMajority (else a wrong letter); otherwise the gold
+// answer with probability Accuracy, else the wrong majority or, with no strict majority, one
+// of the experts' wrong answers. With an unknown gold ("") the aggregator follows the top
+// answer.
+func aggregatorAnswer(q *Query, wrong []string, agg *AggregatorSpec, uKeep, uWrong float64) string {
+	top, votes := q.MajorityAnswer()
+	k := len(q.Experts)
+	majority := 2*votes > k
+	switch {
+	case q.Gold == "":
+		return top
+	case majority && top == q.Gold:
+		if uKeep < agg.KeepMajority {
+			return q.Gold
+		}
+		return wrong[int(uWrong*float64(len(wrong)))]
+	case uKeep < agg.Accuracy:
+		return q.Gold
+	case majority:
+		return top
+	}
+	var wrongVotes []string
+	for _, c := range q.Experts {
+		if c.Answer != q.Gold && c.Answer != "" && !slices.Contains(wrongVotes, c.Answer) {
+			wrongVotes = append(wrongVotes, c.Answer)
+		}
+	}
+	if len(wrongVotes) == 0 {
+		return wrong[int(uWrong*float64(len(wrong)))]
+	}
+	slices.Sort(wrongVotes)
+	return wrongVotes[int(uWrong*float64(len(wrongVotes)))]
+}
+
+// scaleAggregatorOutput applies the disagreement scale: multiplier 1 at confidence 1/k (fully
+// split) and scale at confidence 1 (unanimous), linear in between, clamped to [1, maxLen].
+func scaleAggregatorOutput(base int, confidence float64, k int, scale float64, maxLen int) int {
+	if k < 2 || scale == 1 {
+		return base
+	}
+	lo := 1 / float64(k)
+	t := min(1, max(0, (confidence-lo)/(1-lo)))
+	m := 1 + (scale-1)*t
+	return min(maxLen, max(1, int(math.Round(float64(base)*m))))
+}
