@@ -162,7 +162,7 @@ func Generate(spec GenSpec, seed uint64) (*Workload, error) {
 }
 
 // CalibrateVotes searches spec.Votes.ErrorCorrelation in [0, 1] and spec.Votes.Difficulty in
-// [0, 3] (a coarse grid, then two finer grids around the best point) so that the unanimous
+// [0, 3] (a coarse grid, then three finer grids around the best point) so that the unanimous
 // and majority shares of the workload Generate(spec, seed) draws match the targets
 // spec.Votes.Unanimous and spec.Votes.Majority (a target of 0 is not matched). The search
 // simulates exactly that workload's votes, so the achieved shares are the ones Generate with
@@ -609,9 +609,10 @@ func (p *plan) calibrate() (VoteSpec, VoteShares, error) {
 			}
 		}
 	}
-	search(0, ecMax, 0, dMax, 30)
-	for _, step := range []float64{1.0 / 30, 1.0 / 300} {
-		search(bestEC-step, bestEC+step, bestD-step*dMax, bestD+step*dMax, 20)
+	// A coarse grid, then three finer ones around the best point (each a fifth as wide).
+	search(0, ecMax, 0, dMax, 10)
+	for _, step := range []float64{1.0 / 10, 1.0 / 50, 1.0 / 250} {
+		search(bestEC-step, bestEC+step, bestD-step*dMax, bestD+step*dMax, 10)
 	}
 	v.ErrorCorrelation, v.Difficulty = bestEC, bestD
 	if bestMiss > CalibrationTolerance {
