@@ -79,6 +79,8 @@ type Model struct {
 	// GPUMemoryUtilization overrides the engine setting for this model (the fraction of a
 	// worker's memory its engine takes; models share a worker while their fractions sum to 1).
 	GPUMemoryUtilization float64 `toml:"gpu_memory_utilization"`
+	// AnswersColumn is the model's name in a workload's answer file (workload.answers).
+	AnswersColumn string `toml:"answers_column"`
 }
 
 // Workload says what work the cluster serves.
@@ -102,8 +104,12 @@ type Workload struct {
 	Routing      Routing    `toml:"routing"`
 	Aggregator   Aggregator `toml:"aggregator"`
 	Votes        Votes      `toml:"votes"`
-	// ... or read from a workload file (JSONL, see traces.WriteJSONL).
+	// ... or read from a workload file (JSONL, see traces.WriteJSONL) ...
 	Trace string `toml:"trace"`
+	// ... or built from real model answers (an answer file such as RouterBench's ARC
+	// answers): every query goes to all experts, whose [[model]] answers_column names their
+	// column in the file.
+	Answers string `toml:"answers"`
 
 	// Model names the [[model]] a batch workload uses (default: the only one).
 	Model    string `toml:"model"`

@@ -55,11 +55,18 @@ func (r *Resolved) resolveMoA() error {
 	e := r.Experiment
 	w := e.Workload
 	m := &MoAWorkload{}
-	if w.Trace != "" {
+	switch {
+	case w.Trace != "" && w.Answers != "":
+		return e.errorf("workload.answers", "give either a trace or an answer file, not both")
+	case w.Trace != "":
 		if err := r.loadTrace(m); err != nil {
 			return err
 		}
-	} else {
+	case w.Answers != "":
+		if err := r.importAnswers(m); err != nil {
+			return err
+		}
+	default:
 		if err := r.genSpec(m); err != nil {
 			return err
 		}
@@ -68,6 +75,93 @@ func (r *Resolved) resolveMoA() error {
 		return err
 	}
 	r.MoA = m
+	return nil
+}
+
+// importAnswers builds the workload from real model answers: every query goes to every expert.
+func (r *Resolved) importAnswers(m *MoAWorkload) error {
+	e := r.Experiment
+	w := e.Workload
+	path, err := e.dataPath("workload.answers", w.Answers)
+	if err != nil {
+		return err
+	}
+	if len(w.Experts) == 0 {
+		return e.errorf("workload.experts", "missing: with an answer file, list the experts whose answers the queries carry")
+	}
+	if w.ExpertsPerQuery != 0 && w.ExpertsPerQuery != len(w.Experts) {
+		return e.errorf("workload.experts_per_query", "with an answer file every query goes to every expert: k must be %d (or left out)", len(w.Experts))
+	}
+	if w.PromptTokens == nil {
+		return e.errorf("workload.prompt_tokens", "missing: an answer file has no question lengths, give a prompt-length distribution")
+	}
+	prompt, err := w.PromptTokens.resolve(e, "workload.prompt_tokens")
+	if err != nil {
+		return err
+	}
+	spec := traces.AnswerImport{Name: e.Name, Dataset: w.Dataset, Queries: w.Queries, PromptTokens: prompt,
+		TemplateTokens: w.TemplateTokens, Options: w.Votes.Options}
+	for _, name := range w.Experts {
+		rm, ok := r.Model(name)
+		if !ok {
+			return e.errorf("workload.experts", "expert %q is not a [[model]] of the experiment", name)
+		}
+		idx := r.modelIndex(name)
+		col := e.Models[idx].AnswersColumn
+		if col == "" {
+			return e.errorf(modelKey(idx, "answers_column"), "missing: name the column of %q in %s", name, path)
+		}
+		if rm.Output == nil {
+			return e.errorf(modelKey(idx, "output_tokens"), "missing: expert %q needs an output-length distribution", name)
+		}
+		spec.Experts = append(spec.Experts, traces.AnswerExpert{Column: col, Model: rm.Name, Output: rm.Output, Forward: rm.Forward})
+	}
+	if err := r.aggregatorSpec(&spec.Aggregator, m); err != nil {
+		return err
+	}
+	wl, err := traces.ImportAnswers(path, spec, e.Seed)
+	if err != nil {
+		return e.errorf("workload.answers", "%v", err)
+	}
+	if err := r.checkLengths(wl); err != nil {
+		return err
+	}
+	m.Workload = wl
+	return nil
+}
+
+// aggregatorSpec resolves [workload.aggregator].
+func (r *Resolved) aggregatorSpec(out *traces.AggregatorSpec, m *MoAWorkload) error {
+	e := r.Experiment
+	a := e.Workload.Aggregator
+	if a.Model == "" {
+		return nil
+	}
+	rm, ok := r.Model(a.Model)
+	if !ok {
+		return e.errorf("workload.aggregator.model", "aggregator %q is not a [[model]] of the experiment", a.Model)
+	}
+	dist := rm.Output
+	if a.OutputTokens != nil {
+		d, err := a.OutputTokens.resolve(e, "workload.aggregator.output_tokens")
+		if err != nil {
+			return err
+		}
+		dist = d
+	}
+	if dist == nil {
+		return e.errorf("workload.aggregator.output_tokens", "missing: the aggregator needs an output-length distribution")
+	}
+	acc := 0.0
+	if a.Accuracy != nil {
+		if *a.Accuracy < 0 || *a.Accuracy > 1 {
+			return e.errorf("workload.aggregator.accuracy", "must be in [0, 1], got %g", *a.Accuracy)
+		}
+		acc = *a.Accuracy
+	}
+	*out = traces.AggregatorSpec{Model: rm.Name, Output: dist, TemplateTokens: a.TemplateTokens,
+		DisagreementScale: a.DisagreementScale, Accuracy: acc, KeepMajority: a.KeepMajority}
+	m.Aggregator = rm.Name
 	return nil
 }
 
@@ -182,29 +276,8 @@ func (r *Resolved) genSpec(m *MoAWorkload) error {
 	if w.ExpertsPerQuery > len(experts) {
 		return e.errorf("workload.experts_per_query", "k = %d is larger than the expert pool (%d experts)", w.ExpertsPerQuery, len(experts))
 	}
-	if a := w.Aggregator; a.Model != "" {
-		rm, ok := r.Model(a.Model)
-		if !ok {
-			return e.errorf("workload.aggregator.model", "aggregator %q is not a [[model]] of the experiment", a.Model)
-		}
-		out := rm.Output
-		if a.OutputTokens != nil {
-			d, err := a.OutputTokens.resolve(e, "workload.aggregator.output_tokens")
-			if err != nil {
-				return err
-			}
-			out = d
-		}
-		if out == nil {
-			return e.errorf("workload.aggregator.output_tokens", "missing: the aggregator needs an output-length distribution")
-		}
-		acc := 0.0
-		if a.Accuracy != nil {
-			acc = *a.Accuracy
-		}
-		spec.Aggregator = traces.AggregatorSpec{Model: rm.Name, Output: out, TemplateTokens: a.TemplateTokens,
-			DisagreementScale: a.DisagreementScale, Accuracy: acc, KeepMajority: a.KeepMajority}
-		m.Aggregator = rm.Name
+	if err := r.aggregatorSpec(&spec.Aggregator, m); err != nil {
+		return err
 	}
 	if err := spec.Validate(); err != nil {
 		return e.errorf("workload", "%v", err)

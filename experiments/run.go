@@ -232,14 +232,14 @@ func (run *Run) WriteTable(w io.Writer) error {
 	wl := r.MoA.Workload
 	fmt.Fprintf(w, "experiment %s (%s): %d x %s, %d queries, k = %d, seed %d\n", r.Name, run.Mode,
 		r.Cluster.Workers, r.GPU.Name, len(wl.Queries), wl.ExpertsPerQuery(), r.Seed)
-	fmt.Fprintf(w, "%-16s %-14s %10s %10s %10s %7s %7s %7s %9s %8s %8s %6s %5s\n",
+	fmt.Fprintf(w, "%-18s %-14s %10s %10s %10s %7s %7s %7s %9s %8s %8s %6s %5s\n",
 		"policy", "rule", "expert_s", "aggreg_s", "e2e_s", "x_exp", "x_agg", "x_e2e", "skipped", "accuracy", "d_acc_pp", "busy", "loads")
 	for _, s := range run.Summaries {
 		skipped := 0.0
 		if s.Queries > 0 {
 			skipped = 100 * float64(s.AggregatorSkipped) / float64(s.Queries)
 		}
-		if _, err := fmt.Fprintf(w, "%-16s %-14s %10.1f %10.1f %10.1f %7.2f %7.2f %7.2f %8.1f%% %8.4f %+8.2f %6.2f %5d\n",
+		if _, err := fmt.Fprintf(w, "%-18s %-14s %10.1f %10.1f %10.1f %7.2f %7.2f %7.2f %8.1f%% %8.4f %+8.2f %6.2f %5d\n",
 			s.Policy, s.Rule, s.ExpertStageS, s.AggregatorStageS, s.E2ES, s.SpeedupExpert, s.SpeedupAggregator, s.SpeedupE2E,
 			skipped, s.Accuracy, s.AccuracyDeltaPP, s.GPUBusyFrac, s.ModelLoads); err != nil {
 			return err

@@ -3,7 +3,8 @@ package policies
 import (
 	"fmt"
 	"math"
-	"sort"
+
+	"github.com/mosaic-sched/mosaic/traces"
 )
 
 // Rule is an aggregation rule: given the answers a query's k experts extracted, it decides
@@ -18,34 +19,12 @@ type Decision struct {
 	// Skip says the aggregator does not run; Majority is then the final answer.
 	Skip bool
 	// Majority is the most voted answer ("" when no expert gave one); ties go to the
-	// alphabetically first answer.
+	// alphabetically first answer (traces.TopAnswer).
 	Majority string
 	// Votes is the number of experts that gave the majority answer.
 	Votes int
 	// Confidence is Votes / k.
 	Confidence float64
-}
-
-// Vote counts answers: the most voted one (ties to the alphabetically first) and its votes.
-// Empty answers (none extracted) count towards k but vote for nothing.
-func Vote(answers []string) (majority string, votes int) {
-	counts := map[string]int{}
-	for _, a := range answers {
-		if a != "" {
-			counts[a]++
-		}
-	}
-	keys := make([]string, 0, len(counts))
-	for a := range counts {
-		keys = append(keys, a)
-	}
-	sort.Strings(keys)
-	for _, a := range keys {
-		if counts[a] > votes {
-			majority, votes = a, counts[a]
-		}
-	}
-	return majority, votes
 }
 
 // ConfidenceSkip is MOSAIC's confidence-aware aggregation: with confidence
@@ -69,7 +48,7 @@ func (r ConfidenceSkip) Name() string {
 
 // Decide implements Rule.
 func (r ConfidenceSkip) Decide(answers []string) Decision {
-	m, v := Vote(answers)
+	m, v := traces.TopAnswer(answers)
 	d := Decision{Majority: m, Votes: v}
 	if len(answers) > 0 {
 		d.Confidence = float64(v) / float64(len(answers))

@@ -2,7 +2,9 @@
 //
 // Usage:
 //
-//	mosaic sim [EXP.toml] [--seed N] [--set key=value ...]
+//	mosaic sim [EXP.toml] [-o DIR] [--seed N] [--set key=value ...]
+//	mosaic trace gen|import EXP.toml [-o w.jsonl]
+//	mosaic trace stats W.jsonl
 //	mosaic calibrate --data FILE [--framework vLLM] [--gpus 1] [--gpu NAME] [--model M] [--fit] [-o profile.toml]
 //	mosaic version
 //
@@ -36,6 +38,7 @@ type command struct {
 
 var commands = []command{
 	{"sim", "simulate an experiment (default: the built-in quick start)", runSim},
+	{"trace", "generate (gen), import or describe (stats) a Mixture-of-Agents workload", runTrace},
 	{"calibrate", "compare the cost model with measured batch latencies; --fit fits a GPU's coefficients", runCalibrate},
 	{"version", "print the version", func(_ []string, w io.Writer) error { _, err := fmt.Fprintln(w, "mosaic", version); return err }},
 }

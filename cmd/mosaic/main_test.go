@@ -19,8 +19,18 @@ func runCLI(args ...string) (code int, stdout, stderr string) {
 	return code, out.String(), errb.String()
 }
 
+const singleModel = "../../experiments/examples/single-model.toml"
+
 func TestQuickstart(t *testing.T) {
 	code, out, errOut := runCLI("sim")
+	require.Equal(t, 0, code, errOut)
+	for _, want := range []string{"experiment quickstart (sim): 4 x A100-80GB, 1000 queries, k = 3", "round-robin ", "data-parallel ", "round-robin+skip "} {
+		assert.Contains(t, out, want)
+	}
+}
+
+func TestSingleModel(t *testing.T) {
+	code, out, errOut := runCLI("sim", singleModel)
 	require.Equal(t, 0, code, errOut)
 	for _, want := range []string{"batch latency s", "output throughput tok/s", "mean batch size", "preemptions"} {
 		assert.Contains(t, out, want)
@@ -28,10 +38,41 @@ func TestQuickstart(t *testing.T) {
 }
 
 func TestSimSameSeedSameOutput(t *testing.T) {
-	_, a, _ := runCLI("sim", "--seed", "5", "--set", "workload.requests=100")
-	_, b, _ := runCLI("sim", "--set", "workload.requests=100", "--seed", "5")
+	_, a, _ := runCLI("sim", singleModel, "--seed", "5", "--set", "workload.requests=100")
+	_, b, _ := runCLI("sim", "--set", "workload.requests=100", singleModel, "--seed", "5")
 	assert.Equal(t, a, b)
 	assert.Contains(t, a, "requests                 100")
+}
+
+// sim -o writes the four result files; twice gives identical files.
+func TestSimWritesResults(t *testing.T) {
+	dirs := []string{t.TempDir(), t.TempDir()}
+	for _, d := range dirs {
+		code, _, errOut := runCLI("sim", "--set", "workload.queries=200", "-o", d)
+		require.Equal(t, 0, code, errOut)
+	}
+	for _, f := range []string{"summary.csv", "calls.csv", "workers.csv", "run.json"} {
+		a, err := os.ReadFile(filepath.Join(dirs[0], f))
+		require.NoError(t, err)
+		b, err := os.ReadFile(filepath.Join(dirs[1], f))
+		require.NoError(t, err)
+		assert.Equal(t, string(a), string(b), f)
+	}
+	_, err := os.Stat(filepath.Join(dirs[0], "host.json"))
+	assert.NoError(t, err)
+}
+
+func TestTraceGenAndStats(t *testing.T) {
+	w := filepath.Join(t.TempDir(), "w.jsonl")
+	code, out, errOut := runCLI("trace", "gen", "../../experiments/quickstart.toml", "-o", w, "--set", "workload.queries=50")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "50 queries, k = 3")
+	code, out2, errOut := runCLI("trace", "stats", w)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out2, "vote pattern")
+	code, _, errOut = runCLI("trace", "import", "../../experiments/quickstart.toml")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "workload.answers: missing")
 }
 
 func TestExitCodes(t *testing.T) {

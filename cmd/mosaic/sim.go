@@ -29,25 +29,9 @@ func runSim(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var exp *experiments.Experiment
-	switch len(pos) {
-	case 0:
-		exp, err = experiments.Parse(experiments.QuickstartName, experiments.Quickstart)
-	case 1:
-		exp, err = experiments.Load(pos[0])
-	default:
-		return fmt.Errorf("%w: want at most one experiment file, got %d", errUsage, len(pos))
-	}
+	exp, err := loadExperiment(pos, *seed, sets)
 	if err != nil {
 		return err
-	}
-	if *seed >= 0 {
-		exp.Seed = uint64(*seed)
-	}
-	for _, s := range sets {
-		if err := exp.Set(s); err != nil {
-			return fmt.Errorf("%w: %v", errUsage, err)
-		}
 	}
 	res, err := exp.Resolve()
 	if err != nil {
@@ -83,6 +67,33 @@ func runSim(args []string, stdout io.Writer) error {
 	}
 	slog.Info("done", "wall", wall.Round(time.Millisecond))
 	return nil
+}
+
+// loadExperiment reads the experiment named by the positional arguments (the built-in quick
+// start when there are none) and applies --seed and --set.
+func loadExperiment(pos []string, seed int64, sets []string) (*experiments.Experiment, error) {
+	var exp *experiments.Experiment
+	var err error
+	switch len(pos) {
+	case 0:
+		exp, err = experiments.Parse(experiments.QuickstartName, experiments.Quickstart)
+	case 1:
+		exp, err = experiments.Load(pos[0])
+	default:
+		return nil, fmt.Errorf("%w: want at most one experiment file, got %d", errUsage, len(pos))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if seed >= 0 {
+		exp.Seed = uint64(seed)
+	}
+	for _, s := range sets {
+		if err := exp.Set(s); err != nil {
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+	}
+	return exp, nil
 }
 
 // newProgress reports progress on stderr every few seconds, once a run has taken more than a

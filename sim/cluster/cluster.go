@@ -42,6 +42,7 @@ const (
 	itemUnloaded
 	itemEngine
 	itemTimer
+	itemKick // start an idle engine once every submission of this instant is in
 )
 
 type item struct {
@@ -85,6 +86,7 @@ type engine struct {
 	steps   int     // planned stretch length
 	factor  float64 // processor-sharing slowdown of the current plan
 	outs    outputs // of a committed iteration
+	kickDue bool    // an itemKick is scheduled
 }
 
 type engState int
@@ -174,10 +176,12 @@ func (c *Cluster) Submit(w policies.WorkerID, call *traces.Call) error {
 		return fmt.Errorf("call %d (query %d, %s): %w", call.ID, call.Query, call.Model, err)
 	}
 	e.calls[req.ID] = &callInfo{call: call, timing: policies.CallTiming{Submitted: now}}
-	if e.state == stIdle {
-		// Otherwise the request joins at the end of the iterations already run.
-		c.kick(e, now)
-		c.replanOthers(e, now)
+	if e.state == stIdle && !e.kickDue {
+		// Start the engine after every call submitted at this instant has joined, as a real
+		// engine would batch them into one iteration. (Otherwise the request joins when the
+		// iterations already run end.)
+		e.kickDue = true
+		c.q.Schedule(now, item{kind: itemKick, eng: e})
 	}
 	return nil
 }
@@ -216,6 +220,13 @@ func (c *Cluster) process(now time.Duration, it item) {
 		c.out = append(c.out, policies.Event{Kind: policies.EventLoaded, At: now, Worker: policies.WorkerID(it.worker), Model: it.model})
 	case itemUnloaded:
 		c.out = append(c.out, policies.Event{Kind: policies.EventUnloaded, At: now, Worker: policies.WorkerID(it.worker), Model: it.model})
+	case itemKick:
+		e := it.eng
+		e.kickDue = false
+		if e.state == stIdle {
+			c.kick(e, now)
+			c.replanOthers(e, now)
+		}
 	case itemEngine:
 		e := it.eng
 		if it.version != e.version {

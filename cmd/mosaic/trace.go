@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+func runTrace(args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: want a subcommand: gen, import or stats", errUsage)
+	}
+	switch args[0] {
+	case "gen":
+		return traceGen(args[1:], stdout, false)
+	case "import":
+		return traceGen(args[1:], stdout, true)
+	case "stats":
+		return traceStats(args[1:], stdout)
+	case "-h", "--help", "help":
+		fmt.Fprintln(os.Stderr, "usage: mosaic trace gen EXP.toml [-o w.jsonl] [--seed N] [--set key=value ...]\n"+
+			"       mosaic trace import EXP.toml [-o w.jsonl]   (an experiment whose workload.answers names real answers)\n"+
+			"       mosaic trace stats W.jsonl")
+		return nil
+	}
+	return fmt.Errorf("%w: unknown subcommand %q (want gen, import or stats)", errUsage, args[0])
+}
+
+// traceGen writes the workload an experiment describes as JSONL and prints its statistics.
+func traceGen(args []string, stdout io.Writer, mustImport bool) error {
+	name := "gen"
+	if mustImport {
+		name = "import"
+	}
+	fs := flag.NewFlagSet("trace "+name, flag.ContinueOnError)
+	out := fs.String("o", "", "write the workload to this JSONL file (default: standard output)")
+	seed := fs.Int64("seed", -1, "override the experiment's seed")
+	var sets multiFlag
+	fs.Var(&sets, "set", "override a key of the experiment, key=value (repeatable)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("%w: want one experiment file", errUsage)
+	}
+	exp, err := loadExperiment(pos, *seed, sets)
+	if err != nil {
+		return err
+	}
+	if mustImport && exp.Workload.Answers == "" {
+		return fmt.Errorf("%s: workload.answers: missing: trace import builds a workload from an answer file", exp.File())
+	}
+	res, err := exp.Resolve()
+	if err != nil {
+		return err
+	}
+	if res.MoA == nil {
+		return fmt.Errorf("%s: workload.kind: trace %s needs a Mixture-of-Agents workload (kind = \"moa\")", exp.File(), name)
+	}
+	wl := res.MoA.Workload
+	if *out == "" {
+		w := bufio.NewWriter(stdout)
+		if err := traces.WriteJSONL(w, wl); err != nil {
+			return err
+		}
+		return w.Flush()
+	}
+	f, err := os.Create(*out)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	if err := traces.WriteJSONL(w, wl); err != nil {
+		f.Close()
+		return err
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	slog.Info("workload written", "file", *out, "queries", len(wl.Queries))
+	return traces.Stats(wl).Write(stdout)
+}
+
+func traceStats(args []string, stdout io.Writer) error {
+	if len(args) != 1 {
+		return fmt.Errorf("%w: want one workload file: mosaic trace stats W.jsonl", errUsage)
+	}
+	wl, err := traces.ReadJSONL(args[0])
+	if err != nil {
+		return err
+	}
+	return traces.Stats(wl).Write(stdout)
+}
