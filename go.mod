@@ -9,6 +9,7 @@ require (
 )
 
 require (
+	github.com/draffensperger/golp v0.0.0-20250721104811-2d405f0b4e68 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/tools v0.30.0 // indirect
 )

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/mosaic-sched/mosaic/internal/tomlx"
 )
@@ -164,6 +165,12 @@ type PolicySpec struct {
 	Threshold *float64 `toml:"threshold"`
 	// Label names the policy in results when the same policy is listed twice.
 	Label string `toml:"label"`
+	// SolverTimeLimit bounds each ILP solve of the mosaic policy ("10s").
+	SolverTimeLimit time.Duration `toml:"solver_time_limit"`
+	// Order is the mosaic policy's order of calls within a worker: "longest-first" or "plain".
+	Order string `toml:"order"`
+	// Prefetch lets the mosaic policy load the aggregator on workers done with their experts.
+	Prefetch *bool `toml:"prefetch"`
 }
 
 // Dist is a length distribution: {dist = "fixed", value = N}, {dist = "lognormal", mean = M,

@@ -372,9 +372,15 @@ func (r *Resolved) resolvePolicies(m *MoAWorkload) error {
 			return e.errorf(key+".label", "policy %q is listed twice: give each a distinct label", label)
 		}
 		labels[label] = true
-		agg := m.Aggregator
-		m.Policies = append(m.Policies, ResolvedPolicy{Label: label, Name: lower(p.Name), Rule: rule,
-			New: func() policies.Policy { return factory(agg) }})
+		pc := policyContext{aggregator: m.Aggregator, spec: p, key: key}
+		if m.Spec != nil {
+			pc.aggOutput = m.Spec.Aggregator.Output
+		}
+		newPolicy, err := factory(e, pc)
+		if err != nil {
+			return err
+		}
+		m.Policies = append(m.Policies, ResolvedPolicy{Label: label, Name: lower(p.Name), Rule: rule, New: newPolicy})
 	}
 	return nil
 }

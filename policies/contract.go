@@ -108,6 +108,10 @@ type CallRef struct {
 	InputTokens int
 	// Ready is when the call became ready.
 	Ready time.Duration
+	// Confidence is, for an aggregator call, its query's confidence C(q) (the experts' top
+	// vote share): known once the experts are done, and a predictor of the aggregator's output
+	// length (disagreement makes it longer). 0 for expert calls.
+	Confidence float64
 }
 
 // ActionKind says what an Action asks for.

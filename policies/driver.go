@@ -222,7 +222,11 @@ func (d *Driver) release(id int, now time.Duration) CallRef {
 
 func (d *Driver) ref(id int) CallRef {
 	c := d.calls[id].call
-	return CallRef{ID: id, Query: c.Query, Stage: c.Stage, Model: c.Model, InputTokens: c.InputTokens, Ready: d.calls[id].ready}
+	ref := CallRef{ID: id, Query: c.Query, Stage: c.Stage, Model: c.Model, InputTokens: c.InputTokens, Ready: d.calls[id].ready}
+	if c.Stage == traces.StageAggregator {
+		ref.Confidence = d.queries[c.Query].decision.Confidence
+	}
+	return ref
 }
 
 // handle updates the state for a backend event and returns the events it causes.

@@ -1,0 +1,319 @@
+// Package solver places models on workers and splits their calls among replicas so that the
+// last worker finishes as early as possible. It is the only package that talks to lp_solve
+// (through golp, behind the cgo build tag); when lp_solve is missing, times out without a
+// solution or fails numerically, Solve falls back to a pure-Go heuristic and says so.
+//
+// The model: a model m with n_m calls served by r replicas splits its calls evenly, so each
+// replica costs at most τ_mrw = L_mw + T_m(ceil(n_m / r)) on worker w, where T_m is the
+// (offline-profiled, concave) time for one worker to serve x calls and L_mw the load cost (0
+// where m is already loaded). With binaries v[m,r] (m gets r replicas) and a[m,r,w] (one of
+// them on w):
+//
+//	minimise   C
+//	subject to Σ_r v[m,r] = 1                                   one replica count per model
+//	           Σ_w a[m,r,w] = r v[m,r]                           r replicas on distinct workers
+//	           Σ_r a[m,r,w] <= 1   (0 where m does not fit w)
+//	           t_w = o_w + Σ_m Σ_r τ_mrw a[m,r,w] <= C           o_w: when w becomes free
+//	           C >= min_{r,w} (o_w + τ_mrw)                       a valid cut per model
+//	           t_w >= t_{w+1}  for interchangeable workers        symmetry breaking
+//	           r <= R_m                                           the replication cap
+//
+// Splitting evenly keeps the ILP small and its LP relaxation tight (every job is a constant),
+// where a free integer split with a concave cost needs a piecewise formulation that lp_solve's
+// branch and bound cannot close; after solving, replicas of a model trade calls while that
+// lowers the makespan, so the final plan is never worse than the ILP's. The LP relaxation of
+// this ILP is the lower bound reported with every plan.
+package solver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sort"
+	"time"
+)
+
+// Curve is a piecewise-linear, non-decreasing time (seconds) to serve x calls on one worker,
+// given at breakpoints X (strictly increasing, X[0] >= 1). Between breakpoints it interpolates;
+// beyond the last it extrapolates the last slope.
+type Curve struct {
+	X []int
+	T []float64
+}
+
+// At returns the time to serve x calls (0 for x <= 0).
+func (c Curve) At(x int) float64 {
+	if x <= 0 {
+		return 0
+	}
+	n := len(c.X)
+	if x <= c.X[0] || n == 1 {
+		return c.T[0]
+	}
+	i := sort.SearchInts(c.X, x)
+	if i < n && c.X[i] == x {
+		return c.T[i]
+	}
+	if i == n {
+		i = n - 1
+	}
+	x0, x1 := float64(c.X[i-1]), float64(c.X[i])
+	return c.T[i-1] + (c.T[i]-c.T[i-1])*(float64(x)-x0)/(x1-x0)
+}
+
+func (c Curve) validate() error {
+	if len(c.X) == 0 || len(c.X) != len(c.T) {
+		return errors.New("curve needs as many times as breakpoints, at least one")
+	}
+	if c.X[0] < 1 {
+		return errors.New("curve breakpoints start at 1 call or more")
+	}
+	for i := 1; i < len(c.X); i++ {
+		if c.X[i] <= c.X[i-1] {
+			return errors.New("curve breakpoints must increase")
+		}
+	}
+	for i, t := range c.T {
+		if t < 0 || math.IsNaN(t) || math.IsInf(t, 0) {
+			return fmt.Errorf("curve time %g at %d calls", t, c.X[i])
+		}
+	}
+	return nil
+}
+
+// Item is a model with calls to place.
+type Item struct {
+	Name  string
+	Calls int
+	// Load is the time to load the model on a worker that does not hold it.
+	Load  float64
+	Curve Curve
+	// MaxReplicas caps on how many workers the model is placed (0: no cap).
+	MaxReplicas int
+	// Preloaded marks workers that already hold the model (no load cost there); nil: none.
+	Preloaded []bool
+	// Fits marks the workers whose memory can hold the model; nil: all.
+	Fits []bool
+}
+
+// Problem is a placement problem.
+type Problem struct {
+	Items   []Item
+	Workers int
+	// Offset is when each worker becomes free (seconds); nil: all at 0.
+	Offset []float64
+	// TimeLimit bounds the ILP solve (rounded up to whole seconds for lp_solve; 0: 10 s).
+	TimeLimit time.Duration
+}
+
+// Status says how a plan was found.
+type Status string
+
+// Plan statuses.
+const (
+	Optimal   Status = "optimal"    // the ILP proved optimality
+	TimeLimit Status = "time-limit" // the ILP's best solution when the time limit struck
+	Heuristic Status = "heuristic"  // the fallback heuristic
+)
+
+// Plan is a placement: Counts[m][w] calls of item m on worker w.
+type Plan struct {
+	Counts [][]int
+	// WorkerTime is each worker's predicted finish time (offset + loads + serving).
+	WorkerTime []float64
+	Makespan   float64
+	// ILPMakespan is the ILP's optimum (even splits, before replicas trade calls).
+	ILPMakespan float64
+	// LowerBound is the ILP's LP relaxation optimum (with the cuts); Gap = 1 - LowerBound/Makespan.
+	LowerBound float64
+	Gap        float64
+	Status     Status
+	// Note says why the heuristic was used, when it was.
+	Note      string
+	SolveTime time.Duration
+}
+
+// Errors.
+var (
+	// ErrUnavailable means the binary was built without lp_solve (cgo disabled).
+	ErrUnavailable = errors.New("solver: lp_solve is not available in this build")
+	// ErrNoSolution means the ILP found no solution (infeasible, numerical failure or
+	// time limit before the first solution).
+	ErrNoSolution = errors.New("solver: the ILP found no solution")
+)
+
+// Validate checks the problem; an item that fits no worker is an error naming it.
+func (p *Problem) Validate() error {
+	if p.Workers <= 0 {
+		return errors.New("solver: no workers")
+	}
+	if p.Offset != nil && len(p.Offset) != p.Workers {
+		return fmt.Errorf("solver: %d offsets for %d workers", len(p.Offset), p.Workers)
+	}
+	for _, it := range p.Items {
+		if it.Calls <= 0 {
+			return fmt.Errorf("solver: item %s has %d calls", it.Name, it.Calls)
+		}
+		if err := it.Curve.validate(); err != nil {
+			return fmt.Errorf("solver: item %s: %w", it.Name, err)
+		}
+		if it.Load < 0 {
+			return fmt.Errorf("solver: item %s: negative load time", it.Name)
+		}
+		if (it.Fits != nil && len(it.Fits) != p.Workers) || (it.Preloaded != nil && len(it.Preloaded) != p.Workers) {
+			return fmt.Errorf("solver: item %s: per-worker lists must have %d entries", it.Name, p.Workers)
+		}
+		if p.allowedCount(it) == 0 {
+			return fmt.Errorf("solver: model %s fits no worker's memory", it.Name)
+		}
+	}
+	return nil
+}
+
+func (p *Problem) allowedCount(it Item) int {
+	n := 0
+	for w := 0; w < p.Workers; w++ {
+		if it.allowed(w) {
+			n++
+		}
+	}
+	return n
+}
+
+func (it Item) allowed(w int) bool { return it.Fits == nil || it.Fits[w] }
+func (it Item) loadOn(w int) float64 {
+	if it.Preloaded != nil && it.Preloaded[w] {
+		return 0
+	}
+	return it.Load
+}
+
+func (it Item) replicas(workers int) int {
+	r := workers
+	if it.MaxReplicas > 0 {
+		r = min(r, it.MaxReplicas)
+	}
+	return min(r, it.Calls)
+}
+
+// share is the time a replica of it serves when the item has r replicas: T(ceil(n / r)).
+func (it Item) share(r int) float64 { return it.Curve.At((it.Calls + r - 1) / r) }
+
+// identicalWorkers reports whether workers are interchangeable (same offset, no preloads or
+// memory limits).
+func (p *Problem) identicalWorkers() bool {
+	for w := 1; w < p.Workers; w++ {
+		if p.offset(w) != p.offset(0) {
+			return false
+		}
+	}
+	for _, it := range p.Items {
+		if it.Preloaded != nil || it.Fits != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// balancedCounts splits each item's calls evenly over the workers where it is placed; the
+// remainder goes to the replicas on the workers that finish earliest.
+func (p *Problem) balancedCounts(placed [][]bool, reps []int) ([][]int, error) {
+	counts := make([][]int, len(p.Items))
+	for mi, it := range p.Items {
+		counts[mi] = make([]int, p.Workers)
+		var ws []int
+		for w, ok := range placed[mi] {
+			if ok {
+				ws = append(ws, w)
+			}
+		}
+		if len(ws) == 0 || len(ws) != reps[mi] {
+			return nil, fmt.Errorf("%w: item %s placed on %d workers for %d replicas", ErrNoSolution, it.Name, len(ws), reps[mi])
+		}
+		for i, w := range ws {
+			counts[mi][w] = it.Calls / len(ws)
+			if i < it.Calls%len(ws) {
+				counts[mi][w]++
+			}
+		}
+	}
+	return counts, nil
+}
+
+func (p *Problem) offset(w int) float64 {
+	if p.Offset == nil {
+		return 0
+	}
+	return p.Offset[w]
+}
+
+// Evaluate returns each worker's finish time under counts.
+func (p *Problem) Evaluate(counts [][]int) []float64 {
+	t := make([]float64, p.Workers)
+	for w := range t {
+		t[w] = p.offset(w)
+	}
+	for m, it := range p.Items {
+		for w := 0; w < p.Workers; w++ {
+			if x := counts[m][w]; x > 0 {
+				t[w] += it.loadOn(w) + it.Curve.At(x)
+			}
+		}
+	}
+	return t
+}
+
+func maxOf(xs []float64) float64 {
+	m := 0.0
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
+}
+
+// Solve plans with the ILP and falls back to the heuristic, with a warning, when the ILP is
+// unavailable or finds no solution. The returned plan says which one it is.
+func Solve(ctx context.Context, p Problem) (*Plan, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	plan, err := SolveILP(ctx, p)
+	if err == nil {
+		if plan.Status == TimeLimit {
+			// The ILP's incumbent may be weak when the time limit struck: keep the better plan.
+			if h := SolveHeuristic(p); h.Makespan < plan.Makespan-1e-9 {
+				plan.Counts, plan.WorkerTime, plan.Makespan = h.Counts, h.WorkerTime, h.Makespan
+				plan.Gap = gap(plan.Makespan, plan.LowerBound)
+				plan.Note = "the time limit struck; the heuristic's plan was better than the ILP's incumbent"
+			}
+			plan.SolveTime = time.Since(start)
+		}
+		return plan, nil
+	}
+	slog.Warn("ILP solver unusable, planning with the heuristic", "reason", err)
+	h := SolveHeuristic(p)
+	h.Note = err.Error()
+	if lb, lbErr := LowerBound(p); lbErr == nil {
+		h.LowerBound = lb
+		h.Gap = gap(h.Makespan, lb)
+	}
+	h.SolveTime = time.Since(start)
+	return h, nil
+}
+
+func gap(makespan, lb float64) float64 {
+	if makespan <= 0 {
+		return 0
+	}
+	return max(0, 1-lb/makespan)
+}
+
+func (p Problem) timeLimitSeconds() int {
+	if p.TimeLimit <= 0 {
+		return 10
+	}
+	return max(1, int(math.Ceil(p.TimeLimit.Seconds())))
+}
