@@ -26,6 +26,8 @@ type Run struct {
 	Mode       string
 	Results    []*policies.Result // in policy order
 	Summaries  []traces.SummaryRow
+	// Policies are the policy values that ran, in order (they may carry plans).
+	Policies []policies.Policy
 }
 
 // Progress reports a policy's progress: calls done of the total known so far.
@@ -54,6 +56,7 @@ func (r *Resolved) Simulate(ctx context.Context, progress Progress) (*Run, error
 	}
 	infos := r.ModelInfos()
 	results := make([]*policies.Result, len(m.Policies))
+	pols := make([]policies.Policy, len(m.Policies))
 	errs := make([]error, len(m.Policies))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
@@ -68,7 +71,8 @@ func (r *Resolved) Simulate(ctx context.Context, progress Progress) (*Run, error
 				errs[i] = err
 				return
 			}
-			d, err := policies.NewDriver(cl, p.New(), p.Rule, m.Workload, infos, r.Cluster.Workers)
+			pols[i] = p.New()
+			d, err := policies.NewDriver(cl, pols[i], p.Rule, m.Workload, infos, r.Cluster.Workers)
 			if err != nil {
 				errs[i] = fmt.Errorf("%s: %w", p.Label, err)
 				return
@@ -91,7 +95,7 @@ func (r *Resolved) Simulate(ctx context.Context, progress Progress) (*Run, error
 			return nil, err
 		}
 	}
-	run := &Run{Experiment: r, Mode: "sim", Results: results}
+	run := &Run{Experiment: r, Mode: "sim", Results: results, Policies: pols}
 	run.Summaries = Summarize(r.Name, run.Mode, r.Seed, results)
 	return run, nil
 }

@@ -3,6 +3,7 @@
 // Usage:
 //
 //	mosaic sim [EXP.toml] [-o DIR] [--seed N] [--set key=value ...]
+//	mosaic plan EXP.toml [--policy mosaic]
 //	mosaic trace gen|import EXP.toml [-o w.jsonl]
 //	mosaic trace stats W.jsonl
 //	mosaic calibrate --data FILE [--framework vLLM] [--gpus 1] [--gpu NAME] [--model M] [--fit] [-o profile.toml]
@@ -38,6 +39,7 @@ type command struct {
 
 var commands = []command{
 	{"sim", "simulate an experiment (default: the built-in quick start)", runSim},
+	{"plan", "show the placement and prompt assignment the mosaic policy plans, its bound and gap", runPlan},
 	{"trace", "generate (gen), import or describe (stats) a Mixture-of-Agents workload", runTrace},
 	{"calibrate", "compare the cost model with measured batch latencies; --fit fits a GPU's coefficients", runCalibrate},
 	{"version", "print the version", func(_ []string, w io.Writer) error { _, err := fmt.Fprintln(w, "mosaic", version); return err }},

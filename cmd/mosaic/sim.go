@@ -55,6 +55,9 @@ func runSim(args []string, stdout io.Writer) error {
 	if err := run.WriteTable(stdout); err != nil {
 		return err
 	}
+	if err := experiments.WritePlanChecks(stdout, run.PlanChecks()); err != nil {
+		return err
+	}
 	if *outDir != "" {
 		host, _ := os.Hostname()
 		err := run.WriteDir(*outDir, experiments.RunInfo{Version: version, Commit: commit()},

@@ -113,6 +113,9 @@ func New(o Options) *Policy {
 // Name implements policies.Policy.
 func (p *Policy) Name() string { return Name }
 
+// Options returns the policy's options, defaults filled in.
+func (p *Policy) Options() Options { return p.opts }
+
 // Plans returns the stage plans made so far (nil where a stage was not planned).
 func (p *Policy) Plans() (expert, aggregator *StagePlan) { return p.expert, p.agg }
 
@@ -201,6 +204,7 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 	if err != nil {
 		return nil, fmt.Errorf("planning the expert stage: %w", err)
 	}
+	sp.Stage, sp.Start = traces.StageExpert, v.Now()
 	p.expert = sp
 	p.quota = map[string][]int{}
 	for i, m := range sp.Models {

@@ -1,0 +1,228 @@
+package experiments
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/mosaic-sched/mosaic/policies/mosaic"
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// planner is a policy that planned its stages ahead (the mosaic policy).
+type planner interface {
+	Plans() (expert, aggregator *mosaic.StagePlan)
+}
+
+// StageCheck compares a stage plan's predicted per-worker finish times with the run's.
+type StageCheck struct {
+	Policy    string
+	Stage     traces.Stage
+	Predicted []float64 // seconds from the start of the run
+	Measured  []float64 // when the worker's last call of the stage ended (0: none)
+}
+
+// MaxErrorPct is the largest relative error over workers that served calls of the stage.
+func (c StageCheck) MaxErrorPct() float64 {
+	worst := 0.0
+	for w := range c.Predicted {
+		if c.Measured[w] > 0 && c.Predicted[w] > 0 {
+			worst = max(worst, 100*abs(c.Predicted[w]-c.Measured[w])/c.Measured[w])
+		}
+	}
+	return worst
+}
+
+// MakespanErrorPct is the error of the predicted stage end.
+func (c StageCheck) MakespanErrorPct() float64 {
+	p, m := maxF(c.Predicted), maxF(c.Measured)
+	if m == 0 {
+		return 0
+	}
+	return 100 * (p - m) / m
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func maxF(xs []float64) float64 {
+	m := 0.0
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
+}
+
+// PlanChecks compares the stage plans of the run's planning policies with what the simulator
+// measured.
+func (run *Run) PlanChecks() []StageCheck {
+	var out []StageCheck
+	for i, p := range run.Policies {
+		pl, ok := p.(planner)
+		if !ok {
+			continue
+		}
+		res := run.Results[i]
+		ex, ag := pl.Plans()
+		for _, sp := range []*mosaic.StagePlan{ex, ag} {
+			if sp == nil || sp.Plan == nil {
+				continue
+			}
+			c := StageCheck{Policy: res.Policy, Stage: sp.Stage, Predicted: make([]float64, res.Workers), Measured: make([]float64, res.Workers)}
+			for w, t := range sp.Plan.WorkerTime {
+				c.Predicted[w] = sp.Start.Seconds() + t
+			}
+			for _, call := range res.Calls {
+				if call.Call.Stage == sp.Stage {
+					c.Measured[call.Worker] = max(c.Measured[call.Worker], call.Timing.End.Seconds())
+				}
+			}
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// WritePlanChecks prints predicted against simulated finish times per worker.
+func WritePlanChecks(w io.Writer, checks []StageCheck) error {
+	for _, c := range checks {
+		fmt.Fprintf(w, "%s %s stage, predicted vs simulated finish per worker (s):", c.Policy, c.Stage)
+		for i := range c.Predicted {
+			if c.Measured[i] == 0 {
+				fmt.Fprintf(w, "  w%d -", i)
+				continue
+			}
+			fmt.Fprintf(w, "  w%d %.0f/%.0f", i, c.Predicted[i], c.Measured[i])
+		}
+		if _, err := fmt.Fprintf(w, "  | stage end error %+.1f%%, worst worker %.1f%%\n", c.MakespanErrorPct(), c.MaxErrorPct()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WritePlan prints a stage plan: worker x model call counts, predicted finish times, the
+// makespan, the LP bound and the gap, the solve time and the status.
+func WritePlan(w io.Writer, sp *mosaic.StagePlan) error {
+	if sp == nil || sp.Plan == nil {
+		_, err := fmt.Fprintln(w, "nothing to plan")
+		return err
+	}
+	p := sp.Plan
+	fmt.Fprintf(w, "%-8s", "worker")
+	for _, m := range sp.Models {
+		fmt.Fprintf(w, " %9s", m)
+	}
+	fmt.Fprintf(w, " %12s\n", "predicted_s")
+	for wk := range p.WorkerTime {
+		fmt.Fprintf(w, "%-8s", fmt.Sprintf("w%d", wk))
+		for i := range sp.Models {
+			if x := p.Counts[i][wk]; x > 0 {
+				fmt.Fprintf(w, " %9d", x)
+			} else {
+				fmt.Fprintf(w, " %9s", ".")
+			}
+		}
+		fmt.Fprintf(w, " %12.1f\n", p.WorkerTime[wk])
+	}
+	fmt.Fprintf(w, "%-8s", "replicas")
+	for i, it := range sp.Problem.Items {
+		n := 0
+		for _, x := range p.Counts[i] {
+			if x > 0 {
+				n++
+			}
+		}
+		fmt.Fprintf(w, " %9s", fmt.Sprintf("%d/%d", n, it.MaxReplicas))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "predicted makespan %.1f s (ILP optimum with even splits %.1f s)\n", p.Makespan, p.ILPMakespan)
+	fmt.Fprintf(w, "LP lower bound     %.1f s, gap %.1f%%\n", p.LowerBound, 100*p.Gap)
+	_, err := fmt.Fprintf(w, "solver             %s in %v%s\n", p.Status, p.SolveTime.Round(time.Microsecond), note(p.Note))
+	return err
+}
+
+func note(n string) string {
+	if n == "" {
+		return ""
+	}
+	return " (" + n + ")"
+}
+
+// PlanPreview plans the stages of the mosaic policy labelled label (or the first mosaic policy)
+// from the experiment's workload, as the policy will at run time: the expert stage from the
+// expert calls per model, and the aggregator stage from the aggregator calls the policy's rule
+// leaves, with the aggregator loaded where it serves as an expert and every worker free.
+func (r *Resolved) PlanPreview(ctx context.Context, label string) (expert, aggregator *mosaic.StagePlan, err error) {
+	m := r.MoA
+	if m == nil {
+		return nil, nil, fmt.Errorf("%s: planning needs a Mixture-of-Agents workload (kind = \"moa\")", r.File())
+	}
+	var pol *ResolvedPolicy
+	for i := range m.Policies {
+		if (label == "" && m.Policies[i].Name == mosaic.Name) || m.Policies[i].Label == label {
+			pol = &m.Policies[i]
+			break
+		}
+	}
+	if pol == nil {
+		if label == "" {
+			label = mosaic.Name
+		}
+		return nil, nil, fmt.Errorf("%s: no policy %q in the experiment", r.File(), label)
+	}
+	if pol.Name != mosaic.Name {
+		return nil, nil, fmt.Errorf("%s: policy %q is %s, which makes no plan ahead (only mosaic does)", r.File(), pol.Label, pol.Name)
+	}
+	opts := pol.New().(*mosaic.Policy).Options()
+	wl := m.Workload
+	calls, prompts := map[string]int{}, map[string]int{}
+	aggCalls, aggPrompt := 0, 0
+	for _, q := range wl.Queries {
+		for _, c := range q.Experts {
+			calls[c.Model]++
+			prompts[c.Model] += c.InputTokens
+		}
+		if q.HasAggregator() && !pol.Rule.Decide(q.Answers()).Skip {
+			aggCalls++
+			aggPrompt += q.Aggregator.InputTokens
+		}
+	}
+	var demand []mosaic.Demand
+	for _, rm := range r.Models {
+		if n := calls[rm.Name]; n > 0 {
+			demand = append(demand, mosaic.Demand{Model: rm.Name, Calls: n, Prompt: prompts[rm.Name] / n})
+		}
+	}
+	infos := r.ModelInfos()
+	expert, err = mosaic.PlanStage(ctx, infos, nil, demand, r.Cluster.Workers, nil, nil, opts.TimeLimit)
+	if err != nil {
+		return nil, nil, err
+	}
+	expert.Stage = traces.StageExpert
+	if m.Aggregator == "" || aggCalls == 0 {
+		return expert, nil, nil
+	}
+	pre := make([]string, r.Cluster.Workers)
+	for i, name := range expert.Models {
+		if name == m.Aggregator {
+			for w, x := range expert.Plan.Counts[i] {
+				if x > 0 {
+					pre[w] = name
+				}
+			}
+		}
+	}
+	aggregator, err = mosaic.PlanStage(ctx, infos, map[string]traces.LengthDist{m.Aggregator: opts.AggregatorOutput},
+		[]mosaic.Demand{{Model: m.Aggregator, Calls: aggCalls, Prompt: aggPrompt / aggCalls}}, r.Cluster.Workers, pre, nil, opts.TimeLimit)
+	if err != nil {
+		return nil, nil, err
+	}
+	aggregator.Stage = traces.StageAggregator
+	return expert, aggregator, nil
+}
