@@ -11,7 +11,7 @@ VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 COMMIT    := $(shell git rev-parse HEAD 2>/dev/null)
 BIN       := bin/mosaic
 
-.PHONY: all deps build run test bench lint profile clean
+.PHONY: all deps build run test bench lint profile paper clean
 
 all: build
 
@@ -51,6 +51,14 @@ profile: build
 		--operators $(MOSAIC_DATA)/profiles/vidur/a100__meta-llama__Llama-2-7b-hf__mlp.csv.gz \
 		--operators $(MOSAIC_DATA)/profiles/vidur/a100__meta-llama__Meta-Llama-3-8B__mlp.csv.gz \
 		-o sim/catalog/profile.toml
+
+# The paper's three experiments, side by side with the paper's figures.
+PAPER_DIR ?= results/paper
+paper: build
+	@for e in mmlu-pro medmcqa gpqa; do \
+		./$(BIN) sim experiments/paper/$$e.toml -o $(PAPER_DIR)/$$e || exit 1; echo; \
+	done
+	./$(BIN) paper -o $(PAPER_DIR)/table.md $(PAPER_DIR)/mmlu-pro $(PAPER_DIR)/medmcqa $(PAPER_DIR)/gpqa
 
 clean:
 	rm -rf bin

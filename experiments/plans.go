@@ -142,7 +142,7 @@ func WritePlan(w io.Writer, sp *mosaic.StagePlan) error {
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "predicted makespan %.1f s (ILP optimum with even splits %.1f s)\n", p.Makespan, p.ILPMakespan)
-	fmt.Fprintf(w, "LP lower bound     %.1f s, gap %.1f%%\n", p.LowerBound, 100*p.Gap)
+	fmt.Fprintf(w, "lower bound        %.1f s (LP relaxation, work bound), gap %.1f%%\n", p.LowerBound, 100*p.Gap)
 	_, err := fmt.Fprintf(w, "solver             %s in %v%s\n", p.Status, p.SolveTime.Round(time.Microsecond), note(p.Note))
 	return err
 }

@@ -2,8 +2,10 @@ package traces
 
 import (
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 )
 
@@ -125,3 +127,55 @@ func WriteCSV[R Recorder](w io.Writer, header []string, rows []R) error {
 func itoa(i int) string      { return strconv.Itoa(i) }
 func secs(f float64) string  { return strconv.FormatFloat(f, 'f', 6, 64) }
 func ratio(f float64) string { return strconv.FormatFloat(f, 'f', 4, 64) }
+
+// ReadSummaryCSV reads a summary.csv written by WriteCSV; errors name the file, line and column.
+func ReadSummaryCSV(path string) ([]SummaryRow, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading summary: %w", err)
+	}
+	defer f.Close()
+	cr := csv.NewReader(f)
+	head, err := cr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("%s:1: %w", path, err)
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		col[h] = i
+	}
+	for _, h := range SummaryHeader {
+		if _, ok := col[h]; !ok {
+			return nil, fmt.Errorf("%s:1: missing column %q", path, h)
+		}
+	}
+	var rows []SummaryRow
+	for line := 2; ; line++ {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			return rows, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		var perr error
+		num := func(name string) float64 {
+			v, err := strconv.ParseFloat(rec[col[name]], 64)
+			if err != nil && perr == nil {
+				perr = fmt.Errorf("%s:%d: column %s: %q is not a number", path, line, name, rec[col[name]])
+			}
+			return v
+		}
+		r := SummaryRow{Experiment: rec[col["experiment"]], Mode: rec[col["mode"]], Policy: rec[col["policy"]], Rule: rec[col["rule"]],
+			Seed: uint64(num("seed")), Queries: int(num("queries")), ExpertCalls: int(num("expert_calls")),
+			AggregatorCalls: int(num("aggregator_calls")), AggregatorSkipped: int(num("aggregator_skipped")),
+			ExpertStageS: num("expert_stage_s"), AggregatorStageS: num("aggregator_stage_s"), E2ES: num("e2e_s"),
+			SpeedupExpert: num("speedup_expert"), SpeedupAggregator: num("speedup_aggregator"), SpeedupE2E: num("speedup_e2e"),
+			Accuracy: num("accuracy"), AccuracyDeltaPP: num("accuracy_delta_pp"), GPUBusyFrac: num("gpu_busy_frac"),
+			ModelLoads: int(num("model_loads")), FailedCalls: int(num("failed_calls"))}
+		if perr != nil {
+			return nil, perr
+		}
+		rows = append(rows, r)
+	}
+}

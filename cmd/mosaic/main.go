@@ -40,6 +40,7 @@ type command struct {
 var commands = []command{
 	{"sim", "simulate an experiment (default: the built-in quick start)", runSim},
 	{"plan", "show the placement and prompt assignment the mosaic policy plans, its bound and gap", runPlan},
+	{"paper", "compare results of the paper experiments with the paper's reported figures", runPaper},
 	{"trace", "generate (gen), import or describe (stats) a Mixture-of-Agents workload", runTrace},
 	{"calibrate", "compare the cost model with measured batch latencies; --fit fits a GPU's coefficients", runCalibrate},
 	{"version", "print the version", func(_ []string, w io.Writer) error { _, err := fmt.Fprintln(w, "mosaic", version); return err }},

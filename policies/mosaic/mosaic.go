@@ -9,10 +9,11 @@
 //
 // Choices beyond the paper, each switchable:
 //   - Order: within a worker, models run heaviest first, the aggregator last when the worker
-//     serves it as an expert (so it stays loaded); within a model, calls go longest-predicted
-//     first: expert calls by prompt length (their output lengths are unknown), aggregator
-//     calls by disagreement (a split query's aggregator writes about 2.5x more than a
-//     unanimous one's). "plain" keeps release order.
+//     serves it as an expert (so it stays loaded). Aggregator calls go longest-predicted first,
+//     by disagreement (a split query's aggregator writes about 2.5x more than a unanimous
+//     one's); "plain" keeps release order. Expert calls always keep release order: nothing
+//     known before they run predicts their output length (ordering them by prompt length was
+//     measured and made the MMLU-Pro expert stage 5% longer).
 //   - Prefetch: a worker that has served its expert calls loads the aggregator while others
 //     still work, so the aggregator stage starts without load costs there.
 //   - Replication cap R_m = max(1, min(W, floor(T_m(n_m) / L_m))): replicating a model whose
@@ -268,13 +269,17 @@ func (wk *worker) current() string {
 	return ""
 }
 
-// order sorts calls longest-predicted first (unless the order is plain).
+// order sorts aggregator calls longest-predicted first (unless the order is plain): more
+// disagreement first, then the longer prompt. Expert calls keep their order.
 func (p *Policy) order(calls []policies.CallRef) {
 	if p.opts.Order == OrderPlain {
 		return
 	}
 	sort.SliceStable(calls, func(i, j int) bool {
 		a, b := calls[i], calls[j]
+		if a.Stage != traces.StageAggregator || b.Stage != traces.StageAggregator {
+			return false
+		}
 		if a.Confidence != b.Confidence {
 			return a.Confidence < b.Confidence // more disagreement, longer aggregation
 		}

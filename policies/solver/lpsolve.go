@@ -128,8 +128,17 @@ func (md *ilp) build(integer bool) (*golp.LP, error) {
 	return lp, nil
 }
 
-// LowerBound returns the optimum of the ILP's LP relaxation (with the cuts).
+// LowerBound returns the larger of the ILP's LP relaxation optimum (with the cuts) and
+// WorkBound.
 func LowerBound(p Problem) (float64, error) {
+	lp, err := lpBound(p)
+	if err != nil {
+		return 0, err
+	}
+	return max(lp, WorkBound(p)), nil
+}
+
+func lpBound(p Problem) (float64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, err
 	}

@@ -317,3 +317,65 @@ func (p Problem) timeLimitSeconds() int {
 	}
 	return max(1, int(math.Ceil(p.TimeLimit.Seconds())))
 }
+
+// WorkBound is a lower bound on the makespan of any plan, splits even or not: for a makespan
+// C, a replica of model m can serve at most x_m(C) calls (the most with L_m + T_m(x) <= C), so
+// m needs at least r = ceil(n_m / x_m(C)) replicas and, T_m being concave, at least
+// r L_m + floor(n_m / x_m(C)) T_m(x_m(C)) + T_m(n_m mod x_m(C)) of work; the smallest C whose
+// total work fits on the workers (Σ_m work_m(C) + Σ_w o_w <= W C) bounds the makespan. Load
+// costs are taken at their cheapest worker, so preloads only weaken the bound.
+func WorkBound(p Problem) float64 {
+	offsets := 0.0
+	minOff := math.Inf(1)
+	for w := 0; w < p.Workers; w++ {
+		offsets += p.offset(w)
+		minOff = min(minOff, p.offset(w))
+	}
+	load := func(it Item) float64 {
+		l := math.Inf(1)
+		for w := 0; w < p.Workers; w++ {
+			l = min(l, it.loadOn(w))
+		}
+		return l
+	}
+	// feasible reports whether makespan c leaves room for every model's work.
+	feasible := func(c float64) bool {
+		total := offsets
+		for _, it := range p.Items {
+			L := load(it)
+			budget := c - minOff - L
+			if budget < it.Curve.At(1) {
+				return false
+			}
+			// x_max: the most calls one replica serves within the budget (T is non-decreasing).
+			xmax := sort.Search(it.Calls, func(x int) bool { return it.Curve.At(x+1) > budget })
+			if xmax == 0 {
+				return false
+			}
+			r := (it.Calls + xmax - 1) / xmax
+			if r > it.replicas(p.Workers) {
+				return false
+			}
+			full := it.Calls / xmax
+			total += float64(r)*L + float64(full)*it.Curve.At(xmax) + it.Curve.At(it.Calls-full*xmax)
+		}
+		return total <= float64(p.Workers)*c+1e-9
+	}
+	hi := 1.0
+	for !feasible(hi) {
+		hi *= 2
+		if hi > 1e12 {
+			return 0
+		}
+	}
+	lo := 0.0
+	for i := 0; i < 60 && hi-lo > 1e-6*hi; i++ {
+		mid := (lo + hi) / 2
+		if feasible(mid) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return lo
+}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/policies/dataparallel"
+	"github.com/mosaic-sched/mosaic/policies/mosaic"
 	"github.com/mosaic-sched/mosaic/policies/roundrobin"
 	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/sim/cluster"
@@ -34,7 +35,9 @@ func setup(t *testing.T, n int) ([]policies.ModelInfo, map[string]cluster.ModelS
 	setups := map[string]cluster.ModelSetup{}
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("M%d", i)
-		infos = append(infos, policies.ModelInfo{Name: name, Arch: arch, Cost: cm, Engine: ec, Memory: 0.9, LoadTime: cm.LoadTime()})
+		out, err := traces.NewLogNormal(300, 2000, 1, 4000)
+		require.NoError(t, err)
+		infos = append(infos, policies.ModelInfo{Name: name, Arch: arch, Cost: cm, Engine: ec, Memory: 0.9, LoadTime: cm.LoadTime(), Output: out})
 		setups[name] = cluster.ModelSetup{Cost: cm, Engine: ec}
 	}
 	return infos, setups
@@ -199,6 +202,37 @@ func TestRoundRobinStraggler(t *testing.T) {
 		}
 	}
 	assert.Greater(t, busy[1], 2*busy[2], "worker 1 (M1, M5) is the straggler: %v", busy)
+}
+
+func TestMosaicInvariants(t *testing.T) {
+	long := func(q, i int) int {
+		if (q+i)%5 == 0 {
+			return 2500
+		}
+		return 50 + (q*31+i*17)%400
+	}
+	for _, tc := range []struct {
+		name    string
+		opts    mosaic.Options
+		arrival bool
+	}{
+		{"offline", mosaic.Options{Aggregator: "M0"}, false},
+		{"plain order, no prefetch", mosaic.Options{Aggregator: "M0", Order: mosaic.OrderPlain, NoPrefetch: true}, false},
+		{"online arrivals", mosaic.Options{Aggregator: "M0"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wl := workload(80, 3, 5, long, 3)
+			if tc.arrival {
+				for i := range wl.Queries {
+					wl.Queries[i].Arrival = time.Duration(i) * 500 * time.Millisecond
+				}
+			}
+			res := run(t, mosaic.New(tc.opts), policies.ConfidenceSkip{Threshold: 1}, wl, 5, 4)
+			rr := run(t, roundrobin.New("M0"), policies.ConfidenceSkip{Threshold: 1}, wl, 5, 4)
+			t.Logf("mosaic %v, round-robin %v", res.Summary().E2E, rr.Summary().E2E)
+			assert.Less(t, res.Summary().ExpertStage, rr.Summary().ExpertStage)
+		})
+	}
 }
 
 func TestDeterministic(t *testing.T) {

@@ -1,0 +1,56 @@
+package experiments_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mosaic-sched/mosaic/experiments"
+	"github.com/mosaic-sched/mosaic/internal/dataset"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+// The paper-size plan (MMLU-Pro, 6 experts x 4 workers) is a golden file: a change of the cost
+// model, the profile or the solver that moves it shows up here. Solve times are masked.
+func TestPaperPlanGolden(t *testing.T) {
+	if _, ok := dataset.File("workloads/moa_questions.csv"); !ok {
+		t.Skipf("shared data not found: set %s to run the paper plan test", dataset.Env)
+	}
+	e, err := experiments.Load("paper/mmlu-pro.toml")
+	require.NoError(t, err)
+	r, err := e.Resolve()
+	require.NoError(t, err)
+	ex, ag, err := r.PlanPreview(context.Background(), "mosaic")
+	require.NoError(t, err)
+	require.NotNil(t, ag)
+	assert.Equal(t, "optimal", string(ex.Plan.Status))
+	assert.LessOrEqual(t, ex.Plan.LowerBound, ex.Plan.Makespan)
+	var b bytes.Buffer
+	require.NoError(t, experiments.WritePlan(&b, ex))
+	require.NoError(t, experiments.WritePlan(&b, ag))
+	got := regexp.MustCompile(`in [0-9.]+(µs|ms|s)`).ReplaceAll(b.Bytes(), []byte("in <time>"))
+	path := filepath.Join("testdata", "mmlu-pro-plan.txt")
+	if *update {
+		require.NoError(t, os.WriteFile(path, got, 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, string(want), string(got), "rerun with -update after a deliberate change")
+}
+
+func TestPlanPreviewErrors(t *testing.T) {
+	r, err := resolve(t, moa)
+	require.NoError(t, err)
+	_, _, err = r.PlanPreview(context.Background(), "")
+	assert.ErrorContains(t, err, `no policy "mosaic" in the experiment`)
+	_, _, err = r.PlanPreview(context.Background(), "round-robin")
+	assert.ErrorContains(t, err, "only mosaic does")
+}
