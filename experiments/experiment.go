@@ -174,14 +174,18 @@ type PolicySpec struct {
 }
 
 // Dist is a length distribution: {dist = "fixed", value = N}, {dist = "lognormal", mean = M,
-// p99 = P, max = X [, min = 1]} or {dist = "uniform", min = A, max = B}.
+// p99 = P, max = X [, min = 1]}, {dist = "uniform", min = A, max = B} or
+// {dist = "empirical", file = "data:traces/azure_conv_2023.csv", column = "GeneratedTokens"
+// [, max = X]} (the observed values of a CSV column).
 type Dist struct {
-	Dist  string  `toml:"dist"`
-	Value int     `toml:"value"`
-	Mean  float64 `toml:"mean"`
-	P99   float64 `toml:"p99"`
-	Min   int     `toml:"min"`
-	Max   int     `toml:"max"`
+	Dist   string  `toml:"dist"`
+	Value  int     `toml:"value"`
+	Mean   float64 `toml:"mean"`
+	P99    float64 `toml:"p99"`
+	Min    int     `toml:"min"`
+	Max    int     `toml:"max"`
+	File   string  `toml:"file"`
+	Column string  `toml:"column"`
 }
 
 // Load reads and decodes an experiment file. Unknown keys and wrong types are errors.

@@ -192,3 +192,28 @@ func TestPaperExperiments(t *testing.T) {
 		})
 	}
 }
+
+// Output lengths can come from a column of a real trace.
+func TestEmpiricalLengths(t *testing.T) {
+	if _, ok := dataset.File("traces/azure_conv_2023.csv"); !ok {
+		t.Skipf("shared data not found: set %s to run the empirical-length test", dataset.Env)
+	}
+	src := strings.Replace(moa, `output_tokens = { dist = "lognormal", mean = 100, p99 = 600, max = 2048 }
+accuracy = 0.5
+
+[[model]]
+name = "I2"`, `output_tokens = { dist = "empirical", file = "data:traces/azure_conv_2023.csv", column = "GeneratedTokens", max = 2048 }
+accuracy = 0.5
+
+[[model]]
+name = "I2"`, 1)
+	require.NotEqual(t, moa, src)
+	r, err := resolve(t, src)
+	require.NoError(t, err)
+	out := r.Models[1].Output
+	require.IsType(t, &traces.Empirical{}, out)
+	assert.LessOrEqual(t, out.Max(), 2048)
+	_, err = resolve(t, strings.Replace(src, `column = "GeneratedTokens"`, `column = "Generated"`, 1))
+	assert.ErrorContains(t, err, `model[1].output_tokens: `)
+	assert.ErrorContains(t, err, `no column "Generated"`)
+}

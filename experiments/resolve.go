@@ -288,10 +288,27 @@ func (d *Dist) resolve(e *Experiment, key string) (traces.LengthDist, error) {
 			return nil, e.errorf(key, "uniform needs 0 < min <= max, got min %d max %d", d.Min, d.Max)
 		}
 		return traces.Uniform{Lo: d.Min, Hi: d.Max}, nil
+	case "empirical":
+		if d.File == "" || d.Column == "" {
+			return nil, e.errorf(key, "empirical needs a file and a column")
+		}
+		path, err := e.dataPath(key+".file", d.File)
+		if err != nil {
+			return nil, err
+		}
+		values, err := traces.ReadColumn(path, d.Column)
+		if err != nil {
+			return nil, e.errorf(key, "%v", err)
+		}
+		emp, err := traces.NewEmpirical(values, path+":"+d.Column, d.Max)
+		if err != nil {
+			return nil, e.errorf(key, "%v", err)
+		}
+		return emp, nil
 	case "":
-		return nil, e.errorf(key+".dist", "missing: one of fixed, lognormal, uniform")
+		return nil, e.errorf(key+".dist", "missing: one of fixed, lognormal, uniform, empirical")
 	default:
-		return nil, e.errorf(key+".dist", "unknown distribution %q (known: fixed, lognormal, uniform)", d.Dist)
+		return nil, e.errorf(key+".dist", "unknown distribution %q (known: fixed, lognormal, uniform, empirical)", d.Dist)
 	}
 }
 

@@ -1,10 +1,16 @@
 package traces
 
 import (
+	"encoding/csv"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
 )
 
 // LengthDist draws token counts.
@@ -97,3 +103,87 @@ func (u Uniform) Mean() float64 { return float64(u.Lo+u.Hi) / 2 }
 func (u Uniform) Max() int { return u.Hi }
 
 func (u Uniform) String() string { return fmt.Sprintf("uniform %d-%d", u.Lo, u.Hi) }
+
+// Empirical draws lengths uniformly from observed values (clamped to [1, MaxLen]).
+type Empirical struct {
+	Values []int // sorted
+	Source string
+	MaxLen int
+	mean   float64
+}
+
+// NewEmpirical builds an empirical distribution from observed values; maxLen <= 0 keeps the
+// largest observed value as the maximum.
+func NewEmpirical(values []int, source string, maxLen int) (*Empirical, error) {
+	var vs []int
+	for _, v := range values {
+		if v >= 1 {
+			vs = append(vs, v)
+		}
+	}
+	if len(vs) == 0 {
+		return nil, fmt.Errorf("%s: no positive lengths", source)
+	}
+	sort.Ints(vs)
+	if maxLen <= 0 {
+		maxLen = vs[len(vs)-1]
+	}
+	e := &Empirical{Values: vs, Source: source, MaxLen: maxLen}
+	for _, v := range vs {
+		e.mean += float64(min(v, maxLen))
+	}
+	e.mean /= float64(len(vs))
+	return e, nil
+}
+
+// Sample implements LengthDist.
+func (e *Empirical) Sample(r *rand.Rand) int { return min(e.Values[r.IntN(len(e.Values))], e.MaxLen) }
+
+// Mean implements LengthDist.
+func (e *Empirical) Mean() float64 { return e.mean }
+
+// Max implements LengthDist.
+func (e *Empirical) Max() int { return min(e.Values[len(e.Values)-1], e.MaxLen) }
+
+func (e *Empirical) String() string {
+	return fmt.Sprintf("empirical %s (%d values, mean %.0f)", e.Source, len(e.Values), e.mean)
+}
+
+// ReadColumn reads the integer values of one column of a CSV file with a header; errors name
+// the file, the line and the column.
+func ReadColumn(path, column string) ([]int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cr := csv.NewReader(f)
+	head, err := cr.Read()
+	if err != nil {
+		return nil, fmt.Errorf("%s:1: %w", path, err)
+	}
+	col := -1
+	for i, h := range head {
+		if strings.TrimSpace(h) == column {
+			col = i
+		}
+	}
+	if col < 0 {
+		return nil, fmt.Errorf("%s:1: no column %q (columns: %s)", path, column, strings.Join(head, ", "))
+	}
+	var out []int
+	for line := 2; ; line++ {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(rec[col]), 64)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: column %s: %q is not a number", path, line, column, rec[col])
+		}
+		out = append(out, int(math.Round(v)))
+	}
+}
