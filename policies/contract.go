@@ -210,3 +210,14 @@ type View interface {
 	Queries() int
 	K() int
 }
+
+// ExpertsDone reports whether every expert call of the workload has finished: the stage
+// barrier of policies that run the aggregator stage after the expert stage.
+func ExpertsDone(v View) bool {
+	for _, m := range v.Models() {
+		if v.Remaining(traces.StageExpert, m.Name) > 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -113,3 +113,11 @@ type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// experimentFlags registers the flags every command that reads an experiment takes.
+func experimentFlags(fs *flag.FlagSet) (seed *int64, sets *multiFlag) {
+	seed = fs.Int64("seed", -1, "override the experiment's seed")
+	sets = &multiFlag{}
+	fs.Var(sets, "set", "override a key of the experiment, key=value (repeatable)")
+	return seed, sets
+}

@@ -12,9 +12,7 @@ import (
 func runPlan(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
 	policy := fs.String("policy", "", "the policy (label) whose plan to show (default: the first mosaic policy)")
-	seed := fs.Int64("seed", -1, "override the experiment's seed")
-	var sets multiFlag
-	fs.Var(&sets, "set", "override a key of the experiment, key=value (repeatable)")
+	seed, sets := experimentFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mosaic plan EXP.toml [--policy mosaic] [--seed N] [--set key=value ...]")
 		fs.PrintDefaults()
@@ -26,7 +24,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	if len(pos) != 1 {
 		return fmt.Errorf("%w: want one experiment file", errUsage)
 	}
-	exp, err := loadExperiment(pos, *seed, sets)
+	exp, err := loadExperiment(pos, *seed, *sets)
 	if err != nil {
 		return err
 	}

@@ -17,10 +17,8 @@ import (
 
 func runSim(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
-	seed := fs.Int64("seed", -1, "override the experiment's seed")
+	seed, sets := experimentFlags(fs)
 	outDir := fs.String("o", "", "write summary.csv, calls.csv, workers.csv, run.json and host.json to this folder")
-	var sets multiFlag
-	fs.Var(&sets, "set", "override a key of the experiment, key=value (repeatable)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mosaic sim [EXP.toml] [-o DIR] [--seed N] [--set key=value ...]\n\nWithout a file it runs the built-in quick start.")
 		fs.PrintDefaults()
@@ -29,7 +27,7 @@ func runSim(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	exp, err := loadExperiment(pos, *seed, sets)
+	exp, err := loadExperiment(pos, *seed, *sets)
 	if err != nil {
 		return err
 	}

@@ -39,9 +39,7 @@ func traceGen(args []string, stdout io.Writer, mustImport bool) error {
 	}
 	fs := flag.NewFlagSet("trace "+name, flag.ContinueOnError)
 	out := fs.String("o", "", "write the workload to this JSONL file (default: standard output)")
-	seed := fs.Int64("seed", -1, "override the experiment's seed")
-	var sets multiFlag
-	fs.Var(&sets, "set", "override a key of the experiment, key=value (repeatable)")
+	seed, sets := experimentFlags(fs)
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
@@ -49,7 +47,7 @@ func traceGen(args []string, stdout io.Writer, mustImport bool) error {
 	if len(pos) != 1 {
 		return fmt.Errorf("%w: want one experiment file", errUsage)
 	}
-	exp, err := loadExperiment(pos, *seed, sets)
+	exp, err := loadExperiment(pos, *seed, *sets)
 	if err != nil {
 		return err
 	}

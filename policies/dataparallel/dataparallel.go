@@ -11,6 +11,7 @@ package dataparallel
 import (
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/traces"
+	"slices"
 )
 
 // Name is the policy's name in experiment files.
@@ -133,7 +134,7 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 	for w := 0; w < W; w++ {
 		wid := policies.WorkerID(w)
 		m := p.current(wid)
-		if m == "" || !contains(v.Holds(wid), m) {
+		if m == "" || !slices.Contains(v.Holds(wid), m) {
 			continue
 		}
 		submitted := len(p.share[w][m])
@@ -149,14 +150,14 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 			}
 		}
 	}
-	if p.aggregator == "" || !expertsDone(v) {
+	if p.aggregator == "" || !policies.ExpertsDone(v) {
 		return acts
 	}
 	// The aggregator stage: a worker loads the aggregator when it has a share to serve and
 	// its memory is free (after EventUnloaded if an unload is still under way).
 	for w := 0; w < W; w++ {
 		wid := policies.WorkerID(w)
-		if !contains(v.Holds(wid), p.aggregator) {
+		if !slices.Contains(v.Holds(wid), p.aggregator) {
 			if len(p.aggShare[w]) > 0 && !p.aggLoading[w] && v.Fits(wid, p.aggregator) {
 				p.aggLoading[w] = true
 				acts = append(acts, policies.Load(wid, p.aggregator))
@@ -169,22 +170,4 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 		p.aggShare[w] = p.aggShare[w][:0]
 	}
 	return acts
-}
-
-func expertsDone(v policies.View) bool {
-	for _, m := range v.Models() {
-		if v.Remaining(traces.StageExpert, m.Name) > 0 {
-			return false
-		}
-	}
-	return true
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }

@@ -394,20 +394,11 @@ func (p *Policy) submitReady(v policies.View) []policies.Action {
 	return acts
 }
 
-func expertsDone(v policies.View) bool {
-	for _, m := range v.Models() {
-		if v.Remaining(traces.StageExpert, m.Name) > 0 {
-			return false
-		}
-	}
-	return true
-}
-
 // aggregatorStage plans and drives the aggregator stage once every expert call has finished
 // and every aggregator call is known.
 func (p *Policy) aggregatorStage(v policies.View) []policies.Action {
 	a := p.opts.Aggregator
-	if a == "" || !expertsDone(v) {
+	if a == "" || !policies.ExpertsDone(v) {
 		return nil
 	}
 	if !p.barrier {

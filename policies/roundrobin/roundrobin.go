@@ -11,6 +11,7 @@ package roundrobin
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/traces"
@@ -112,7 +113,7 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 		}
 		return append(acts, p.dispatch(v)...)
 	case policies.EventUnloaded:
-		if m := p.current(e.Worker); m != "" && !holds(v, e.Worker, m) && !contains(v.Loading(e.Worker), m) && v.Fits(e.Worker, m) {
+		if m := p.current(e.Worker); m != "" && !holds(v, e.Worker, m) && !slices.Contains(v.Loading(e.Worker), m) && v.Fits(e.Worker, m) {
 			return []policies.Action{policies.Load(e.Worker, m)}
 		}
 		return p.dispatch(v)
@@ -126,15 +127,6 @@ func (p *Policy) current(w policies.WorkerID) string {
 		return p.plan[w][p.next[w]]
 	}
 	return ""
-}
-
-func expertsDone(v policies.View) bool {
-	for _, m := range v.Models() {
-		if v.Remaining(traces.StageExpert, m.Name) > 0 {
-			return false
-		}
-	}
-	return true
 }
 
 func (p *Policy) queue(c policies.CallRef) {
@@ -160,7 +152,7 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 		}
 		p.experts[m] = p.experts[m][:0]
 	}
-	if p.aggregator == "" || !expertsDone(v) {
+	if p.aggregator == "" || !policies.ExpertsDone(v) {
 		return acts
 	}
 	aw := p.aggWorker
@@ -169,7 +161,7 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 		// not hold the aggregator, load it now or, while an unload is still freeing memory,
 		// when that completes (EventUnloaded loads the worker's current model).
 		p.stage2 = true
-		if !holds(v, aw, p.aggregator) && !contains(v.Loading(aw), p.aggregator) {
+		if !holds(v, aw, p.aggregator) && !slices.Contains(v.Loading(aw), p.aggregator) {
 			p.plan[aw] = append(p.plan[aw], p.aggregator)
 			p.next[aw] = len(p.plan[aw]) - 1
 			if v.Fits(aw, p.aggregator) {
@@ -186,13 +178,6 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 	return acts
 }
 
-func holds(v policies.View, w policies.WorkerID, m string) bool { return contains(v.Holds(w), m) }
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
+func holds(v policies.View, w policies.WorkerID, m string) bool {
+	return slices.Contains(v.Holds(w), m)
 }
