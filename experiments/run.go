@@ -110,7 +110,7 @@ func Summarize(experiment, mode string, seed uint64, results []*policies.Result)
 			base = s
 		}
 		rows = append(rows, traces.SummaryRow{
-			Experiment: experiment, Mode: mode, Policy: res.Policy, Seed: seed, Rule: res.Rule,
+			Experiment: experiment, Mode: mode, Policy: res.Policy, Seed: seed, Rule: res.Rule, Threshold: res.Threshold,
 			Queries: s.Queries, ExpertCalls: s.ExpertCalls, AggregatorCalls: s.AggregatorCalls,
 			AggregatorSkipped: s.AggregatorSkipped, ExpertStageS: s.ExpertStage.Seconds(),
 			AggregatorStageS: s.AggregatorStage.Seconds(), E2ES: s.E2E.Seconds(),

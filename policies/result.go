@@ -1,6 +1,7 @@
 package policies
 
 import (
+	"math"
 	"sort"
 	"time"
 
@@ -35,19 +36,27 @@ type QueryOutcome struct {
 
 // Result is what a Driver run produced.
 type Result struct {
-	Policy  string
-	Rule    string
-	Workers int
-	Calls   []CallRecord // in call-id order
-	Loads   []LoadRecord // in completion order
-	Queries []QueryOutcome
+	Policy string
+	Rule   string
+	// Threshold is the rule's T when it is a ConfidenceSkip (+Inf: never skips; NaN: other rules).
+	Threshold float64
+	Workers   int
+	Calls     []CallRecord // in call-id order
+	Loads     []LoadRecord // in completion order
+	Queries   []QueryOutcome
 	// AlwaysAggregate is the accuracy the workload's aggregator answers give when every query
 	// is aggregated (NaN when no query has a gold answer).
 	AlwaysAggregate float64
 }
 
 func (d *Driver) result() *Result {
-	r := &Result{Policy: d.policy.Name(), Rule: d.rule.Name(), Workers: d.workers, Loads: d.loads}
+	r := &Result{Policy: d.policy.Name(), Rule: d.rule.Name(), Threshold: nan(), Workers: d.workers, Loads: d.loads}
+	if cs, ok := d.rule.(ConfidenceSkip); ok {
+		r.Threshold = cs.Threshold
+		if cs.Threshold > 1 {
+			r.Threshold = math.Inf(1)
+		}
+	}
 	for _, cs := range d.calls {
 		if cs.status != callDone && cs.status != callFailed {
 			continue

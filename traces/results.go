@@ -17,11 +17,13 @@ import (
 
 // SummaryRow is one line of summary.csv.
 type SummaryRow struct {
-	Experiment        string
-	Mode              string // "sim" or "replay"
-	Policy            string
-	Seed              uint64
-	Rule              string
+	Experiment string
+	Mode       string // "sim" or "replay"
+	Policy     string
+	Seed       uint64
+	Rule       string
+	// Threshold is the aggregation rule's T (+Inf for never-skip).
+	Threshold         float64
 	Queries           int
 	ExpertCalls       int
 	AggregatorCalls   int
@@ -41,14 +43,14 @@ type SummaryRow struct {
 }
 
 // SummaryHeader is the header of summary.csv.
-var SummaryHeader = []string{"experiment", "mode", "policy", "seed", "rule", "queries", "expert_calls",
+var SummaryHeader = []string{"experiment", "mode", "policy", "seed", "rule", "threshold", "queries", "expert_calls",
 	"aggregator_calls", "aggregator_skipped", "expert_stage_s", "aggregator_stage_s", "e2e_s",
 	"speedup_expert", "speedup_aggregator", "speedup_e2e", "accuracy", "accuracy_delta_pp",
 	"gpu_busy_frac", "model_loads", "failed_calls"}
 
 // Record returns the row's fields in SummaryHeader order.
 func (r SummaryRow) Record() []string {
-	return []string{r.Experiment, r.Mode, r.Policy, strconv.FormatUint(r.Seed, 10), r.Rule,
+	return []string{r.Experiment, r.Mode, r.Policy, strconv.FormatUint(r.Seed, 10), r.Rule, ratio(r.Threshold),
 		itoa(r.Queries), itoa(r.ExpertCalls), itoa(r.AggregatorCalls), itoa(r.AggregatorSkipped),
 		secs(r.ExpertStageS), secs(r.AggregatorStageS), secs(r.E2ES),
 		ratio(r.SpeedupExpert), ratio(r.SpeedupAggregator), ratio(r.SpeedupE2E),
@@ -166,7 +168,7 @@ func ReadSummaryCSV(path string) ([]SummaryRow, error) {
 			}
 			return v
 		}
-		r := SummaryRow{Experiment: rec[col["experiment"]], Mode: rec[col["mode"]], Policy: rec[col["policy"]], Rule: rec[col["rule"]],
+		r := SummaryRow{Experiment: rec[col["experiment"]], Mode: rec[col["mode"]], Policy: rec[col["policy"]], Rule: rec[col["rule"]], Threshold: num("threshold"),
 			Seed: uint64(num("seed")), Queries: int(num("queries")), ExpertCalls: int(num("expert_calls")),
 			AggregatorCalls: int(num("aggregator_calls")), AggregatorSkipped: int(num("aggregator_skipped")),
 			ExpertStageS: num("expert_stage_s"), AggregatorStageS: num("aggregator_stage_s"), E2ES: num("e2e_s"),
