@@ -2,7 +2,8 @@
 //
 // Usage:
 //
-//	mosaic sim [EXP.toml] [-o DIR] [--seed N] [--set key=value ...]
+//	mosaic sim [EXP.toml] [-o DIR] [--seed N] [--set key=value ...] [--sweep key=v1,v2 ...] [--shard i/n]
+//	mosaic merge SHARD_DIR... -o OUT
 //	mosaic plan EXP.toml [--policy mosaic]
 //	mosaic trace gen|import EXP.toml [-o w.jsonl]
 //	mosaic trace stats W.jsonl
@@ -39,6 +40,7 @@ type command struct {
 
 var commands = []command{
 	{"sim", "simulate an experiment (default: the built-in quick start)", runSim},
+	{"merge", "merge the folders of a sweep's shards", runMerge},
 	{"plan", "show the placement and prompt assignment the mosaic policy plans, its bound and gap", runPlan},
 	{"paper", "compare results of the paper experiments with the paper's reported figures", runPaper},
 	{"trace", "generate (gen), import or describe (stats) a Mixture-of-Agents workload", runTrace},

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/csv"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -19,13 +21,19 @@ func runSim(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
 	seed, sets := experimentFlags(fs)
 	outDir := fs.String("o", "", "write summary.csv, calls.csv, workers.csv, run.json and host.json to this folder")
+	var sweeps multiFlag
+	fs.Var(&sweeps, "sweep", "run a grid: key=v1,v2,... (repeatable; one results folder per point under -o)")
+	shardFlag := fs.String("shard", "", "run shard i/n of the sweep grid (1 <= i <= n); merge shards with mosaic merge")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mosaic sim [EXP.toml] [-o DIR] [--seed N] [--set key=value ...]\n\nWithout a file it runs the built-in quick start.")
+		fmt.Fprintln(fs.Output(), "usage: mosaic sim [EXP.toml] [-o DIR] [--seed N] [--set key=value ...] [--sweep key=v1,v2,... ...] [--shard i/n]\n\nWithout a file it runs the built-in quick start.")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
+	}
+	if len(sweeps) > 0 || *shardFlag != "" {
+		return runSweep(pos, *seed, *sets, sweeps, *shardFlag, *outDir, stdout)
 	}
 	exp, err := loadExperiment(pos, *seed, *sets)
 	if err != nil {
@@ -68,6 +76,98 @@ func runSim(args []string, stdout io.Writer) error {
 	}
 	slog.Info("done", "wall", wall.Round(time.Millisecond))
 	return nil
+}
+
+// runSweep runs a grid of variants of the experiment (or a shard of it).
+func runSweep(pos []string, seed int64, sets, sweeps []string, shardFlag, outDir string, stdout io.Writer) error {
+	if outDir == "" {
+		return fmt.Errorf("%w: a sweep needs -o DIR for its results folders", errUsage)
+	}
+	if len(sweeps) == 0 {
+		return fmt.Errorf("%w: --shard needs --sweep", errUsage)
+	}
+	sw, err := experiments.ParseSweep(sweeps)
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	shard, shards := 1, 1
+	if shardFlag != "" {
+		if shard, shards, err = experiments.ParseShard(shardFlag); err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+	}
+	load := func() (*experiments.Experiment, error) { return loadExperiment(pos, seed, sets) }
+	// Check every point resolves before running any.
+	for _, p := range sw.Points() {
+		e, err := load()
+		if err != nil {
+			return err
+		}
+		for _, a := range p.Assign {
+			if err := e.Set(a); err != nil {
+				return fmt.Errorf("%w: %v", errUsage, err)
+			}
+		}
+	}
+	start := time.Now()
+	host, _ := os.Hostname()
+	total := len(sw.Points())
+	slog.Info("sweep", "points", total, "shard", fmt.Sprintf("%d/%d", shard, shards), "dir", outDir)
+	err = experiments.RunSweep(context.Background(), load, sw, shard, shards, outDir,
+		experiments.RunInfo{Version: version, Commit: commit()},
+		experiments.HostInfo{Host: host, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Started: start.UTC().Format(time.RFC3339)},
+		func(done, n int) { slog.Info("sweep progress", "points_done", done, "points", n) })
+	if err != nil {
+		return err
+	}
+	slog.Info("sweep done", "wall", time.Since(start).Round(time.Millisecond))
+	return printSweep(filepath.Join(outDir, "summary.csv"), stdout)
+}
+
+// printSweep prints the combined summary of a sweep, one line per point and policy.
+func printSweep(path string, stdout io.Writer) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return err
+	}
+	if len(recs) == 0 {
+		return nil
+	}
+	col := map[string]int{}
+	for i, h := range recs[0] {
+		col[h] = i
+	}
+	fmt.Fprintf(stdout, "%-48s %-18s %10s %8s %9s\n", "point", "policy", "e2e_s", "x_e2e", "skipped")
+	for _, r := range recs[1:] {
+		fmt.Fprintf(stdout, "%-48s %-18s %10s %8s %9s\n", r[col["point"]], r[col["policy"]], r[col["e2e_s"]], r[col["speedup_e2e"]], r[col["aggregator_skipped"]])
+	}
+	fmt.Fprintf(stdout, "combined summary: %s\n", path)
+	return nil
+}
+
+func runMerge(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("merge", flag.ContinueOnError)
+	out := fs.String("o", "", "the merged sweep folder")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: mosaic merge SHARD_DIR... -o OUT\n\nMerges the folders of a sweep's shards (mosaic sim --sweep ... --shard i/n).")
+		fs.PrintDefaults()
+	}
+	dirs, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(dirs) == 0 || *out == "" {
+		return fmt.Errorf("%w: want shard folders and -o OUT", errUsage)
+	}
+	if err := experiments.Merge(dirs, *out); err != nil {
+		return err
+	}
+	return printSweep(filepath.Join(*out, "summary.csv"), stdout)
 }
 
 // loadExperiment reads the experiment named by the positional arguments (the built-in quick

@@ -1,0 +1,347 @@
+package experiments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// Sweep is a grid of experiment variants: every combination of the values of its keys (the
+// first key varies slowest).
+type Sweep struct {
+	Keys   []string   `json:"keys"`
+	Values [][]string `json:"values"`
+}
+
+// ParseSweep parses --sweep arguments of the form key=v1,v2,...
+func ParseSweep(args []string) (Sweep, error) {
+	var s Sweep
+	seen := map[string]bool{}
+	for _, a := range args {
+		key, vals, ok := strings.Cut(a, "=")
+		key = strings.TrimSpace(key)
+		if !ok || key == "" || vals == "" {
+			return s, fmt.Errorf("--sweep %q: want key=v1,v2,...", a)
+		}
+		if seen[key] {
+			return s, fmt.Errorf("--sweep %s: key given twice", key)
+		}
+		seen[key] = true
+		var vs []string
+		for _, v := range strings.Split(vals, ",") {
+			if v = strings.TrimSpace(v); v == "" {
+				return s, fmt.Errorf("--sweep %q: empty value", a)
+			}
+			vs = append(vs, v)
+		}
+		s.Keys = append(s.Keys, key)
+		s.Values = append(s.Values, vs)
+	}
+	return s, nil
+}
+
+// Point is one variant of a sweep.
+type Point struct {
+	Index  int      `json:"index"`
+	Name   string   `json:"name"`   // folder name
+	Assign []string `json:"assign"` // key=value, in key order
+}
+
+var unsafeChars = regexp.MustCompile(`[^A-Za-z0-9._=+-]`)
+
+// Points enumerates the grid in a fixed order.
+func (s Sweep) Points() []Point {
+	n := 1
+	for _, v := range s.Values {
+		n *= len(v)
+	}
+	pts := make([]Point, 0, n)
+	for i := 0; i < n; i++ {
+		rem := i
+		assign := make([]string, len(s.Keys))
+		for k := len(s.Keys) - 1; k >= 0; k-- {
+			vs := s.Values[k]
+			assign[k] = s.Keys[k] + "=" + vs[rem%len(vs)]
+			rem /= len(vs)
+		}
+		name := unsafeChars.ReplaceAllString(strings.Join(assign, "__"), "_")
+		pts = append(pts, Point{Index: i, Name: fmt.Sprintf("%04d_%s", i, name), Assign: assign})
+	}
+	return pts
+}
+
+// ParseShard parses "i/n" (1 <= i <= n).
+func ParseShard(s string) (i, n int, err error) {
+	a, b, ok := strings.Cut(s, "/")
+	i, err1 := strconv.Atoi(a)
+	n, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || n < 1 || i < 1 || i > n {
+		return 0, 0, fmt.Errorf("--shard %q: want i/n with 1 <= i <= n", s)
+	}
+	return i, n, nil
+}
+
+// Shard returns the points of shard i of n: those whose index is i-1 modulo n. The shards of
+// a grid cover every point exactly once.
+func Shard(pts []Point, i, n int) []Point {
+	var out []Point
+	for _, p := range pts {
+		if p.Index%n == i-1 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// SweepInfo is sweep.json: the grid and which of its points a folder holds.
+type SweepInfo struct {
+	Experiment string  `json:"experiment"`
+	Sweep      Sweep   `json:"sweep"`
+	Points     []Point `json:"points"`
+	Shard      string  `json:"shard,omitempty"`
+}
+
+// SweepLoader returns a fresh experiment (the file, with command-line overrides) for a point.
+type SweepLoader func() (*Experiment, error)
+
+// RunSweep simulates the points of the grid (a shard of it when n > 1), several at a time,
+// each into its own folder under dir, and writes dir/summary.csv with the swept keys as
+// columns and dir/sweep.json. info and host fill each point's run.json and host.json.
+func RunSweep(ctx context.Context, load SweepLoader, s Sweep, shard, shards int, dir string, info RunInfo, host HostInfo, progress func(done, total int)) error {
+	pts := s.Points()
+	if shards > 1 {
+		pts = Shard(pts, shard, shards)
+	}
+	if len(pts) == 0 {
+		return errors.New("sweep: this shard has no points")
+	}
+	base, err := load()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	rows := make([][]traces.SummaryRow, len(pts))
+	errs := make([]error, len(pts))
+	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	done := 0
+	for i, p := range pts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			rows[i], errs[i] = runPoint(ctx, load, p, filepath.Join(dir, p.Name), info, host)
+			mu.Lock()
+			done++
+			if progress != nil {
+				progress(done, len(pts))
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	si := SweepInfo{Experiment: base.Name, Sweep: s, Points: pts}
+	if shards > 1 {
+		si.Shard = fmt.Sprintf("%d/%d", shard, shards)
+	}
+	return writeSweep(dir, si, rows)
+}
+
+func runPoint(ctx context.Context, load SweepLoader, p Point, dir string, info RunInfo, host HostInfo) ([]traces.SummaryRow, error) {
+	e, err := load()
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range p.Assign {
+		if err := e.Set(a); err != nil {
+			return nil, fmt.Errorf("sweep point %s: %w", p.Name, err)
+		}
+	}
+	r, err := e.Resolve()
+	if err != nil {
+		return nil, fmt.Errorf("sweep point %s: %w", p.Name, err)
+	}
+	run, err := r.Simulate(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("sweep point %s: %w", p.Name, err)
+	}
+	if err := run.WriteDir(dir, info, host); err != nil {
+		return nil, err
+	}
+	return run.Summaries, nil
+}
+
+// writeSweep writes the combined summary (swept keys first, named as given, "sweep."-prefixed
+// where a key is also a summary column such as seed; then the point's folder) and sweep.json.
+func writeSweep(dir string, si SweepInfo, rows [][]traces.SummaryRow) error {
+	var header []string
+	for _, k := range si.Sweep.Keys {
+		if slices.Contains(traces.SummaryHeader, k) {
+			k = "sweep." + k // a key such as seed is also a summary column
+		}
+		header = append(header, k)
+	}
+	header = append(append(header, "point"), traces.SummaryHeader...)
+	var recs []sweepRow
+	for i, p := range si.Points {
+		for _, r := range rows[i] {
+			recs = append(recs, sweepRow{point: p, row: r})
+		}
+	}
+	f, err := os.Create(filepath.Join(dir, "summary.csv"))
+	if err != nil {
+		return err
+	}
+	if err := traces.WriteCSV(f, header, recs); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	data, err := json.MarshalIndent(si, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "sweep.json"), append(data, '\n'), 0o644)
+}
+
+type sweepRow struct {
+	point Point
+	row   traces.SummaryRow
+}
+
+func (r sweepRow) Record() []string {
+	var out []string
+	for _, a := range r.point.Assign {
+		_, v, _ := strings.Cut(a, "=")
+		out = append(out, v)
+	}
+	return append(append(out, r.point.Name), r.row.Record()...)
+}
+
+// Merge combines the folders of a sweep's shards into out: it checks that they are shards of
+// the same grid covering every point exactly once, copies the points' folders and writes the
+// combined summary.csv and sweep.json.
+func Merge(dirs []string, out string) error {
+	var grid *SweepInfo
+	byIndex := map[int]string{} // point index -> shard dir
+	var points []Point
+	for _, d := range dirs {
+		data, err := os.ReadFile(filepath.Join(d, "sweep.json"))
+		if err != nil {
+			return fmt.Errorf("merge: %w (is %s a sweep folder?)", err, d)
+		}
+		var si SweepInfo
+		if err := json.Unmarshal(data, &si); err != nil {
+			return fmt.Errorf("merge: %s/sweep.json: %w", d, err)
+		}
+		if grid == nil {
+			grid = &si
+		} else if si.Experiment != grid.Experiment || !sameSweep(si.Sweep, grid.Sweep) {
+			return fmt.Errorf("merge: %s is a sweep of another grid (%s %v) than %s (%s %v)", d, si.Experiment, si.Sweep.Keys, dirs[0], grid.Experiment, grid.Sweep.Keys)
+		}
+		for _, p := range si.Points {
+			if prev, dup := byIndex[p.Index]; dup {
+				return fmt.Errorf("merge: point %s is in both %s and %s", p.Name, prev, d)
+			}
+			byIndex[p.Index] = d
+			points = append(points, p)
+		}
+	}
+	all := grid.Sweep.Points()
+	var missing []string
+	for _, p := range all {
+		if _, ok := byIndex[p.Index]; !ok {
+			missing = append(missing, p.Name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("merge: %d of the grid's %d points are missing: %s", len(missing), len(all), strings.Join(missing, ", "))
+	}
+	sort.Slice(points, func(i, j int) bool { return points[i].Index < points[j].Index })
+	rows := make([][]traces.SummaryRow, len(points))
+	for i, p := range points {
+		src := filepath.Join(byIndex[p.Index], p.Name)
+		rs, err := traces.ReadSummaryCSV(filepath.Join(src, "summary.csv"))
+		if err != nil {
+			return err
+		}
+		rows[i] = rs
+		dst := filepath.Join(out, p.Name)
+		if filepath.Clean(src) != filepath.Clean(dst) {
+			if err := copyDir(src, dst); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	return writeSweep(out, SweepInfo{Experiment: grid.Experiment, Sweep: grid.Sweep, Points: points}, rows)
+}
+
+func sameSweep(a, b Sweep) bool {
+	if len(a.Keys) != len(b.Keys) {
+		return false
+	}
+	for i := range a.Keys {
+		if a.Keys[i] != b.Keys[i] || strings.Join(a.Values[i], ",") != strings.Join(b.Values[i], ",") {
+			return false
+		}
+	}
+	return true
+}
+
+func copyDir(src, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(src)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		in, err := os.Open(filepath.Join(src, e.Name()))
+		if err != nil {
+			return err
+		}
+		o, err := os.Create(filepath.Join(dst, e.Name()))
+		if err != nil {
+			in.Close()
+			return err
+		}
+		_, err = io.Copy(o, in)
+		in.Close()
+		if cerr := o.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
