@@ -3,7 +3,7 @@
 GO        ?= $(shell command -v go 2>/dev/null || echo /usr/local/go/bin/go)
 export PATH := $(dir $(GO)):$(PATH)
 export CGO_ENABLED := 1
-export CGO_CFLAGS := -I/usr/include/lpsolve
+export CGO_CFLAGS := -I/usr/include/lpsolve -Wno-deprecated-declarations
 export CGO_LDFLAGS := -llpsolve55 -lcolamd -lm
 MOSAIC_DATA ?= $(abspath ../shared/data)
 export MOSAIC_DATA

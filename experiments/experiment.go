@@ -38,6 +38,8 @@ type Experiment struct {
 	Aggregation Aggregation `toml:"aggregation"`
 	// Policies are compared on the same workload; the first is the baseline of the speedups.
 	Policies []PolicySpec `toml:"policy"`
+	// Replay says how `mosaic replay` reaches the inference servers.
+	Replay Replay `toml:"replay"`
 
 	file *tomlx.File
 	dir  string // directory of the file, for relative paths
@@ -156,6 +158,41 @@ type Votes struct {
 // three too; above 1: never skip).
 type Aggregation struct {
 	Threshold *float64 `toml:"threshold"`
+}
+
+// Replay configures replay on real servers.
+type Replay struct {
+	// Mode is "launch" (start a server per worker and model from Command) or "attach" (use
+	// the running servers of Endpoint). Default: attach when endpoints are listed.
+	Mode string `toml:"mode"`
+	// Command is the launch template (default: vllm serve ...; see replay.DefaultCommand).
+	Command string `toml:"command"`
+	// Env holds extra environment variables of launched servers (templated like Command).
+	Env       map[string]string `toml:"env"`
+	Endpoints []ReplayEndpoint  `toml:"endpoint"`
+	// GPUs is the CUDA device of each worker (default: 0..workers-1).
+	GPUs           []int         `toml:"gpus"`
+	HealthTimeout  time.Duration `toml:"health_timeout"`
+	RequestTimeout time.Duration `toml:"request_timeout"`
+	// MaxConcurrency bounds the calls in flight per worker (default: none).
+	MaxConcurrency int  `toml:"max_concurrency"`
+	Retries        *int `toml:"retries"`
+	// OnDeadWorker is "stop" (default) or "continue".
+	OnDeadWorker string `toml:"on_dead_worker"`
+	// APIKeyEnv names the environment variable holding the servers' API key.
+	APIKeyEnv string `toml:"api_key_env"`
+	// TimeScale is the servers' speed-up (virtual seconds per real second): 1 for real GPUs,
+	// the emulators' --time-scale for emulated ones.
+	TimeScale float64 `toml:"time_scale"`
+	// Telemetry samples GPUs through NVML every this often (default 1s; "0s" turns it off).
+	Telemetry *time.Duration `toml:"telemetry"`
+}
+
+// ReplayEndpoint attaches a worker, or one model of a worker, to a running server.
+type ReplayEndpoint struct {
+	Worker int    `toml:"worker"`
+	Model  string `toml:"model"`
+	URL    string `toml:"url"`
 }
 
 // PolicySpec is one policy to compare.

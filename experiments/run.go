@@ -251,3 +251,5 @@ func (run *Run) WriteTable(w io.Writer) error {
 	}
 	return nil
 }
+
+func nan() float64 { return math.NaN() }

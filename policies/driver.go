@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sort"
 	"time"
 
@@ -259,10 +258,8 @@ func (d *Driver) handle(ev Event, arrivals map[time.Duration][]int) ([]Event, er
 	case EventDone, EventFailed:
 		if ev.Call == nil {
 			if ev.Kind == EventFailed {
-				// a failed load
 				delete(d.ws[ev.Worker].loading, ev.Model)
-				slog.Warn("model load failed", "worker", ev.Worker, "model", ev.Model, "err", ev.Err)
-				return nil, nil
+				return nil, fmt.Errorf("loading %s on worker %d failed: %w", ev.Model, ev.Worker, ev.Err)
 			}
 			return nil, errors.New("backend reported a finished call without the call")
 		}

@@ -1,0 +1,384 @@
+package experiments
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/replay"
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// ReplayOptions says where a replay writes and whether it resumes.
+type ReplayOptions struct {
+	Dir    string
+	Resume bool
+	Info   RunInfo
+	Host   HostInfo
+	// Telemetry, when set, starts GPU telemetry writing to the given file; it returns a stop
+	// function (nil when telemetry is off or unavailable).
+	Telemetry func(path string, start time.Time, scale float64, every time.Duration) (stop func())
+}
+
+// replayConfig validates [replay] and builds the backend configuration.
+func (r *Resolved) replayConfig() (replay.Config, error) {
+	e := r.Experiment
+	rp := e.Replay
+	cfg := replay.Config{Workers: r.Cluster.Workers, Models: map[string]replay.Model{}, Command: rp.Command, Env: rp.Env,
+		GPUName: r.GPU.Name, GPUs: rp.GPUs, HealthTimeout: rp.HealthTimeout, RequestTimeout: rp.RequestTimeout,
+		MaxConcurrency: rp.MaxConcurrency, Retries: 3, TimeScale: rp.TimeScale, StopOnDeadWorker: true}
+	for _, m := range r.Models {
+		cfg.Models[m.Name] = replay.Model{Name: m.Name, Arch: m.Arch.ID, Utilization: m.Memory, MaxNumSeqs: m.Engine.MaxNumSeqs, MaxTokens: m.Engine.MaxBatchedTokens}
+	}
+	switch rp.Mode {
+	case "":
+	case "attach":
+		if len(rp.Endpoints) == 0 {
+			return cfg, e.errorf("replay.mode", "attach needs [[replay.endpoint]] tables (worker, url[, model])")
+		}
+	case "launch":
+		if len(rp.Endpoints) > 0 {
+			return cfg, e.errorf("replay.endpoint", "launch mode starts its own servers: remove the endpoints or use mode = \"attach\"")
+		}
+	default:
+		return cfg, e.errorf("replay.mode", "unknown mode %q (known: attach, launch)", rp.Mode)
+	}
+	for i, ep := range rp.Endpoints {
+		key := fmt.Sprintf("replay.endpoint[%d]", i)
+		if ep.Worker < 0 || ep.Worker >= r.Cluster.Workers {
+			return cfg, e.errorf(key+".worker", "no worker %d (the cluster has %d)", ep.Worker, r.Cluster.Workers)
+		}
+		if ep.Model != "" {
+			if _, ok := r.Model(ep.Model); !ok {
+				return cfg, e.errorf(key+".model", "no [[model]] is named %q", ep.Model)
+			}
+		}
+		if ep.URL == "" {
+			return cfg, e.errorf(key+".url", "missing")
+		}
+		cfg.Endpoints = append(cfg.Endpoints, replay.Endpoint{Worker: ep.Worker, Model: ep.Model, URL: ep.URL})
+	}
+	if len(rp.GPUs) > 0 && len(rp.GPUs) != r.Cluster.Workers {
+		return cfg, e.errorf("replay.gpus", "lists %d devices for %d workers", len(rp.GPUs), r.Cluster.Workers)
+	}
+	if rp.MaxConcurrency < 0 {
+		return cfg, e.errorf("replay.max_concurrency", "must not be negative")
+	}
+	if rp.Retries != nil {
+		if *rp.Retries < 0 {
+			return cfg, e.errorf("replay.retries", "must not be negative")
+		}
+		cfg.Retries = *rp.Retries
+	}
+	switch rp.OnDeadWorker {
+	case "", "stop":
+	case "continue":
+		cfg.StopOnDeadWorker = false
+	default:
+		return cfg, e.errorf("replay.on_dead_worker", "unknown value %q (known: stop, continue)", rp.OnDeadWorker)
+	}
+	if rp.TimeScale < 0 {
+		return cfg, e.errorf("replay.time_scale", "must be positive")
+	}
+	for name, d := range map[string]time.Duration{"health_timeout": rp.HealthTimeout, "request_timeout": rp.RequestTimeout} {
+		if d != 0 && d < time.Millisecond {
+			return cfg, e.errorf("replay."+name, "%v is too short; write a duration with its unit, e.g. \"600s\"", d)
+		}
+	}
+	if rp.APIKeyEnv != "" {
+		cfg.APIKey = os.Getenv(rp.APIKeyEnv)
+		if cfg.APIKey == "" {
+			return cfg, e.errorf("replay.api_key_env", "the environment variable %s is empty or unset", rp.APIKeyEnv)
+		}
+	}
+	return cfg, nil
+}
+
+// ValidateReplay checks the experiment's [replay] table.
+func (r *Resolved) ValidateReplay() error {
+	_, err := r.replayConfig()
+	return err
+}
+
+// resumeState is what an interrupted replay left behind.
+type resumeState struct {
+	summaries map[string]traces.SummaryRow // completed policies
+	done      map[string]map[int]policies.CallTiming
+	failed    map[string]map[int]bool
+}
+
+func readResume(dir string, r *Resolved) (*resumeState, error) {
+	st := &resumeState{summaries: map[string]traces.SummaryRow{}, done: map[string]map[int]policies.CallTiming{}, failed: map[string]map[int]bool{}}
+	data, err := os.ReadFile(filepath.Join(dir, "run.json"))
+	if err != nil {
+		return nil, fmt.Errorf("--resume: %w (nothing to resume in %s)", err, dir)
+	}
+	var info RunInfo
+	if err := json.Unmarshal(data, &info); err != nil {
+		return nil, fmt.Errorf("--resume: %s/run.json: %w", dir, err)
+	}
+	if info.Mode != "replay" || info.Seed != r.Seed || info.Experiment == nil || info.Experiment.Name != r.Name {
+		return nil, fmt.Errorf("--resume: %s holds a %s run of %q (seed %d), not a replay of %q (seed %d)", dir, info.Mode, nameOf(info.Experiment), info.Seed, r.Name, r.Seed)
+	}
+	if rows, err := traces.ReadSummaryCSV(filepath.Join(dir, "summary.csv")); err == nil {
+		for _, row := range rows {
+			st.summaries[row.Policy] = row
+		}
+	}
+	f, err := os.Open(filepath.Join(dir, "calls.csv"))
+	if errors.Is(err, os.ErrNotExist) {
+		return st, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("--resume: %s/calls.csv: %w", dir, err)
+	}
+	col := map[string]int{}
+	if len(recs) > 0 {
+		for i, h := range recs[0] {
+			col[h] = i
+		}
+	}
+	sec := func(s string) time.Duration { f, _ := strconv.ParseFloat(s, 64); return time.Duration(f * 1e9) }
+	for _, rec := range recs[min(1, len(recs)):] {
+		pol := rec[col["policy"]]
+		id, err := strconv.Atoi(rec[col["call"]])
+		if err != nil {
+			continue
+		}
+		if rec[col["status"]] != "done" {
+			continue
+		}
+		if st.done[pol] == nil {
+			st.done[pol] = map[int]policies.CallTiming{}
+		}
+		pre, _ := strconv.Atoi(rec[col["preemptions"]])
+		st.done[pol][id] = policies.CallTiming{Started: sec(rec[col["start_s"]]), FirstToken: sec(rec[col["first_token_s"]]), End: sec(rec[col["end_s"]]), Preemptions: pre}
+	}
+	return st, nil
+}
+
+func nameOf(e *Experiment) string {
+	if e == nil {
+		return "?"
+	}
+	return e.Name
+}
+
+// appender appends CSV rows to a file and flushes after each, so a crash loses nothing
+// already written.
+type appender struct {
+	mu sync.Mutex
+	f  *os.File
+	w  *csv.Writer
+}
+
+func openAppender(path string, header []string) (*appender, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	a := &appender{f: f, w: csv.NewWriter(f)}
+	if st, err := f.Stat(); err == nil && st.Size() == 0 {
+		if err := a.write(header); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+func (a *appender) write(rec []string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err := a.w.Write(rec); err != nil {
+		return err
+	}
+	a.w.Flush()
+	return a.w.Error()
+}
+
+func (a *appender) Close() error { return a.f.Close() }
+
+// Replay runs the experiment's policies one after another on real (or emulated) servers,
+// writing calls.csv as calls complete, and workers.csv and summary.csv as each policy ends.
+// With Resume it skips the policies a previous run finished and the calls it completed.
+func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) {
+	m := r.MoA
+	if m == nil {
+		return nil, fmt.Errorf("%s: replay needs a Mixture-of-Agents workload (kind = \"moa\")", r.File())
+	}
+	cfg, err := r.replayConfig()
+	if err != nil {
+		return nil, err
+	}
+	if opt.Dir == "" {
+		return nil, errors.New("replay needs a results folder (-o DIR): results are written as calls complete")
+	}
+	if err := os.MkdirAll(opt.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	state := &resumeState{summaries: map[string]traces.SummaryRow{}, done: map[string]map[int]policies.CallTiming{}}
+	if opt.Resume {
+		if state, err = readResume(opt.Dir, r); err != nil {
+			return nil, err
+		}
+	} else if _, err := os.Stat(filepath.Join(opt.Dir, "calls.csv")); err == nil {
+		return nil, fmt.Errorf("%s already holds results: use --resume to continue them, or another folder", opt.Dir)
+	}
+	cfg.LogDir = filepath.Join(opt.Dir, "logs")
+	info := opt.Info
+	info.Mode, info.Experiment, info.File, info.Seed, info.Profile = "replay", r.Experiment, r.File(), r.Seed, r.Profile.Source
+	for _, p := range m.Policies {
+		info.Policies = append(info.Policies, p.Label)
+	}
+	if err := writeJSON(filepath.Join(opt.Dir, "run.json"), info); err != nil {
+		return nil, err
+	}
+	calls, err := openAppender(filepath.Join(opt.Dir, "calls.csv"), traces.CallHeader)
+	if err != nil {
+		return nil, err
+	}
+	defer calls.Close()
+	workers, err := openAppender(filepath.Join(opt.Dir, "workers.csv"), traces.WorkerHeader)
+	if err != nil {
+		return nil, err
+	}
+	defer workers.Close()
+	start := time.Now()
+	if opt.Telemetry != nil {
+		every := time.Second
+		if t := r.Experiment.Replay.Telemetry; t != nil {
+			every = *t
+		}
+		if every > 0 {
+			if stop := opt.Telemetry(filepath.Join(opt.Dir, "gpus.csv"), start, max(cfg.TimeScale, 1e-9), every); stop != nil {
+				defer stop()
+			}
+		}
+	}
+	run := &Run{Experiment: r, Mode: "replay"}
+	infos := r.ModelInfos()
+	var rows []traces.SummaryRow
+	for _, p := range m.Policies {
+		if row, ok := state.summaries[p.Label]; ok {
+			slog.Info("policy already replayed, skipping", "policy", p.Label)
+			rows = append(rows, row)
+			continue
+		}
+		pcfg := cfg
+		finished := state.done[p.Label]
+		pcfg.Finished = finished
+		pcfg.Done = func(ev policies.Event, c *traces.Call) {
+			if _, old := finished[ev.Call.ID]; old || c == nil {
+				return // recorded by the interrupted run
+			}
+			status := "done"
+			if ev.Kind == policies.EventFailed {
+				status = "failed"
+				slog.Error("call failed", "policy", p.Label, "err", ev.Err)
+			}
+			t := ev.Timing
+			row := traces.CallRow{Policy: p.Label, Query: c.Query, Call: c.ID, Stage: c.Stage, Model: c.Model, Worker: int(ev.Worker),
+				InputTokens: c.InputTokens, OutputTokens: c.OutputTokens, ReadyS: 0, StartS: t.Started.Seconds(),
+				FirstTokenS: t.FirstToken.Seconds(), EndS: t.End.Seconds(), Preemptions: t.Preemptions, Status: status}
+			if err := calls.write(row.Record()); err != nil {
+				slog.Error("writing calls.csv", "err", err)
+			}
+		}
+		be, err := replay.New(pcfg)
+		if err != nil {
+			return nil, err
+		}
+		pol := p.New()
+		d, err := policies.NewDriver(be, pol, p.Rule, m.Workload, infos, r.Cluster.Workers)
+		if err != nil {
+			be.Close()
+			return nil, err
+		}
+		slog.Info("replaying", "policy", p.Label, "workers", r.Cluster.Workers, "resumed_calls", len(finished))
+		res, err := d.Run(ctx)
+		be.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w (the results so far are in %s; rerun with --resume to continue)", p.Label, err, opt.Dir)
+		}
+		res.Policy = p.Label
+		for _, iv := range res.WorkerIntervals() {
+			wr := traces.WorkerRow{Policy: p.Label, Worker: int(iv.Worker), Kind: iv.Kind, Model: iv.Model, StartS: iv.Start.Seconds(), EndS: iv.End.Seconds(), MeanBatch: iv.MeanBatch}
+			if err := workers.write(wr.Record()); err != nil {
+				return nil, err
+			}
+		}
+		run.Results = append(run.Results, res)
+		run.Policies = append(run.Policies, pol)
+		rows = append(rows, Summarize(r.Name, "replay", r.Seed, []*policies.Result{res})...)
+		rebase(rows)
+		if err := writeSummary(opt.Dir, rows); err != nil {
+			return nil, err
+		}
+	}
+	rebase(rows)
+	run.Summaries = rows
+	host := opt.Host
+	host.WallS = time.Since(start).Seconds()
+	if err := writeJSON(filepath.Join(opt.Dir, "host.json"), host); err != nil {
+		return nil, err
+	}
+	return run, writeSummary(opt.Dir, rows)
+}
+
+// rebase recomputes the speedups of rows over the first.
+func rebase(rows []traces.SummaryRow) {
+	if len(rows) == 0 {
+		return
+	}
+	b := rows[0]
+	div := func(a, b float64) float64 {
+		if b <= 0 {
+			return nan()
+		}
+		return a / b
+	}
+	for i := range rows {
+		rows[i].SpeedupExpert = div(b.ExpertStageS, rows[i].ExpertStageS)
+		rows[i].SpeedupAggregator = div(b.AggregatorStageS, rows[i].AggregatorStageS)
+		rows[i].SpeedupE2E = div(b.E2ES, rows[i].E2ES)
+	}
+}
+
+func writeSummary(dir string, rows []traces.SummaryRow) error {
+	tmp := filepath.Join(dir, ".summary.csv.tmp")
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if err := traces.WriteCSV(f, traces.SummaryHeader, rows); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "summary.csv"))
+}
+
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
