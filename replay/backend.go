@@ -142,7 +142,7 @@ func New(cfg Config) (*Backend, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Backend{cfg: cfg, start: time.Now(), events: make(chan policies.Event, 1024), ctx: ctx, cancel: cancel,
-		hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}},
+		hc:      &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}},
 		servers: map[serverKey]*server{}, calls: map[int]*traces.Call{}}
 	for range cfg.Workers {
 		var sem chan struct{}

@@ -5,6 +5,7 @@
 //	mosaic sim [EXP.toml] [-o DIR] [--seed N] [--set key=value ...] [--sweep key=v1,v2 ...] [--shard i/n]
 //	mosaic merge SHARD_DIR... -o OUT
 //	mosaic replay EXP.toml -o DIR [--resume]
+//	mosaic profile --endpoint URL --model NAME --gpu GPU [-o profile.toml]
 //	mosaic plan EXP.toml [--policy mosaic]
 //	mosaic trace gen|import EXP.toml [-o w.jsonl]
 //	mosaic trace stats W.jsonl
@@ -42,6 +43,7 @@ type command struct {
 var commands = []command{
 	{"sim", "simulate an experiment (default: the built-in quick start)", runSim},
 	{"replay", "run an experiment's policies on real (or emulated) inference servers", runReplay},
+	{"profile", "measure a server, fit the cost model's coefficients and write a profile", runProfile},
 	{"merge", "merge the folders of a sweep's shards", runMerge},
 	{"plan", "show the placement and prompt assignment the mosaic policy plans, its bound and gap", runPlan},
 	{"paper", "compare results of the paper experiments with the paper's reported figures", runPaper},

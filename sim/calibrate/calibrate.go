@@ -113,6 +113,9 @@ type Case struct {
 	Row
 	GPU   *sim.GPU
 	Model *sim.Model
+	// Engine configures the engine that ran the row (nil: vLLM 0.6's defaults, BenchmarkEngine
+	// at utilisation 0.9).
+	Engine func(*sim.CostModel) (sim.EngineConfig, error)
 }
 
 // Filter selects rows.
@@ -244,7 +247,11 @@ func Predict(c Case, coef sim.Coefficients) (Prediction, error) {
 	if err != nil {
 		return p, err
 	}
-	cfg, err := BenchmarkEngine(cm, 0.9)
+	engine := c.Engine
+	if engine == nil {
+		engine = func(cm *sim.CostModel) (sim.EngineConfig, error) { return BenchmarkEngine(cm, 0.9) }
+	}
+	cfg, err := engine(cm)
 	if err != nil {
 		return p, err
 	}

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/mosaic-sched/mosaic/replay"
+	"github.com/mosaic-sched/mosaic/sim"
+	"github.com/mosaic-sched/mosaic/sim/calibrate"
+)
+
+func runProfile(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("profile", flag.ContinueOnError)
+	endpoint := fs.String("endpoint", "", "the server's root URL, e.g. http://127.0.0.1:8000")
+	model := fs.String("model", "", "the model name the server serves")
+	arch := fs.String("arch", "", "the catalog architecture of the model (default: --model)")
+	gpuName := fs.String("gpu", "", "the catalog GPU the server runs on (required)")
+	out := fs.String("o", "", "write the fitted profile to this file")
+	lengths := fs.String("lengths", "128,512,2048", "prompt = output lengths to sweep")
+	batches := fs.String("batches", "1,8,32,64", "batch sizes to sweep")
+	scale := fs.Float64("time-scale", 1, "the server's time scale (an emulator's --time-scale)")
+	warmup := fs.Int("warmup", 4, "warm-up requests before measuring")
+	maxSeqs := fs.Int("max-num-seqs", 256, "the server's max_num_seqs")
+	budget := fs.Int("max-batched-tokens", 8192, "the server's max_num_batched_tokens")
+	util := fs.Float64("gpu-memory-utilization", 0.9, "the server's gpu_memory_utilization")
+	chunked := fs.Bool("chunked-prefill", true, "whether the server uses chunked prefill")
+	apiKeyEnv := fs.String("api-key-env", "", "environment variable holding the server's API key")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: mosaic profile --endpoint URL --model NAME --gpu GPU [--arch HF_ID] [-o profile.toml]\n\n"+
+			"Measures batch latencies over a sweep of lengths and batch sizes, fits the cost model's coefficients\n"+
+			"of the GPU to them, and writes a profile the simulator and the mosaic planner load ([cluster] profile).")
+		fs.PrintDefaults()
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 || *endpoint == "" || *model == "" || *gpuName == "" {
+		return fmt.Errorf("%w: --endpoint, --model and --gpu are required", errUsage)
+	}
+	ls, err := ints(*lengths)
+	if err != nil {
+		return fmt.Errorf("%w: --lengths: %v", errUsage, err)
+	}
+	bs, err := ints(*batches)
+	if err != nil {
+		return fmt.Errorf("%w: --batches: %v", errUsage, err)
+	}
+	cat := sim.DefaultCatalog()
+	g, err := cat.GPU(*gpuName)
+	if err != nil {
+		return err
+	}
+	if *arch == "" {
+		*arch = *model
+	}
+	m, err := cat.Model(*arch)
+	if err != nil {
+		return fmt.Errorf("%w (give the model's catalog id with --arch)", err)
+	}
+	key := ""
+	if *apiKeyEnv != "" {
+		if key = os.Getenv(*apiKeyEnv); key == "" {
+			return fmt.Errorf("the environment variable %s is empty or unset", *apiKeyEnv)
+		}
+	}
+	ms, err := replay.Profile(context.Background(), replay.ProfileConfig{URL: *endpoint, Model: *model, APIKey: key,
+		Lengths: ls, Batches: bs, TimeScale: *scale, Warmup: *warmup,
+		Progress: func(x replay.Measurement) { slog.Info("measured", "L", x.Length, "B", x.Batch, "latency_s", x.Latency) }})
+	if err != nil {
+		return err
+	}
+	engine := func(cm *sim.CostModel) (sim.EngineConfig, error) {
+		blocks, err := cm.KVBlocks(*util, *budget, 16)
+		if err != nil {
+			return sim.EngineConfig{}, err
+		}
+		return sim.EngineConfig{MaxNumSeqs: *maxSeqs, MaxBatchedTokens: *budget, ChunkedPrefill: *chunked, BlockSize: 16,
+			NumBlocks: blocks, WatermarkBlocks: blocks / 100}, nil
+	}
+	var cases []calibrate.Case
+	for i, x := range ms {
+		cases = append(cases, calibrate.Case{Row: calibrate.Row{Line: i + 1, Hardware: g.Name, NumGPUs: 1, Framework: "measured",
+			Model: m.ID, Length: x.Length, Batch: x.Batch, Latency: x.Latency}, GPU: g, Model: m, Engine: engine})
+	}
+	prof := sim.DefaultProfile()
+	fr, err := calibrate.Fit(cases, prof.For(g), calibrate.FitOptions{})
+	if err != nil {
+		return err
+	}
+	prof.Set(g.Name, fr.Coef)
+	preds, err := calibrate.PredictAll(cases, prof)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(stdout)
+	fmt.Fprintf(w, "%-42s %6s %4s %11s %11s %9s\n", "model", "L", "B", "measured_s", "predicted_s", "error_pct")
+	for _, p := range preds {
+		fmt.Fprintf(w, "%-42s %6d %4d %11.3f %11.3f %+9.2f\n", p.Model.ID, p.Length, p.Batch, p.Latency, p.Predicted, p.ErrorPct())
+	}
+	fmt.Fprintf(w, "MAPE %.2f%% over %d rows\n", calibrate.MAPE(preds), len(preds))
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if *out != "" {
+		f, err := os.Create(*out)
+		if err != nil {
+			return err
+		}
+		if err := prof.Write(f, "Cost-model profile written by: mosaic "+strings.Join(os.Args[1:], " "),
+			fmt.Sprintf("%s on %s, %d measurements, MAPE %.2f%%; [gpu.%s] is fitted, [default] is the built-in one.", m.ID, g.Name, len(preds), calibrate.MAPE(preds), strings.ToLower(g.Name))); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		slog.Info("profile written", "file", *out)
+	}
+	return nil
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v <= 0 {
+			return nil, fmt.Errorf("want positive integers separated by commas, got %q", s)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
