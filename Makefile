@@ -59,6 +59,7 @@ paper: build
 		./$(BIN) sim experiments/paper/$$e.toml -o $(PAPER_DIR)/$$e || exit 1; echo; \
 	done
 	./$(BIN) paper -o $(PAPER_DIR)/table.md $(PAPER_DIR)/mmlu-pro $(PAPER_DIR)/medmcqa $(PAPER_DIR)/gpqa
+	./$(BIN) plot -o $(PAPER_DIR)/figures $(PAPER_DIR)/mmlu-pro $(PAPER_DIR)/medmcqa $(PAPER_DIR)/gpqa
 
 clean:
 	rm -rf bin

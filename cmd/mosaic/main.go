@@ -4,6 +4,7 @@
 //
 //	mosaic sim [EXP.toml] [-o DIR] [--seed N] [--set key=value ...] [--sweep key=v1,v2 ...] [--shard i/n]
 //	mosaic merge SHARD_DIR... -o OUT
+//	mosaic plot RESULTS_DIR... [-o FIGDIR] [--format png,pdf,svg] [--columns 1|2]
 //	mosaic replay EXP.toml -o DIR [--resume]
 //	mosaic profile --endpoint URL --model NAME --gpu GPU [-o profile.toml]
 //	mosaic plan EXP.toml [--policy mosaic]
@@ -42,6 +43,7 @@ type command struct {
 
 var commands = []command{
 	{"sim", "simulate an experiment (default: the built-in quick start)", runSim},
+	{"plot", "draw paper-style figures from results folders", runPlot},
 	{"replay", "run an experiment's policies on real (or emulated) inference servers", runReplay},
 	{"profile", "measure a server, fit the cost model's coefficients and write a profile", runProfile},
 	{"merge", "merge the folders of a sweep's shards", runMerge},

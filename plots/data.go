@@ -1,0 +1,474 @@
+package plots
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// Results is one results folder (see the README, "Results folder") read into memory.
+type Results struct {
+	Dir     string
+	Summary []traces.SummaryRow
+	// Calls and Workers are nil when the folder has no calls.csv or workers.csv.
+	Calls   []traces.CallRow
+	Workers []traces.WorkerRow
+}
+
+// Load reads the summary.csv, calls.csv and workers.csv of a results folder. summary.csv is
+// required; the other two may be missing (the figures that need them are then skipped).
+func Load(dir string) (Results, error) {
+	r := Results{Dir: dir}
+	var err error
+	if r.Summary, err = traces.ReadSummaryCSV(filepath.Join(dir, "summary.csv")); err != nil {
+		return r, fmt.Errorf("plots: loading %s: %w", dir, err)
+	}
+	if len(r.Summary) == 0 {
+		return r, fmt.Errorf("plots: loading %s: summary.csv has no rows", dir)
+	}
+	if r.Calls, err = traces.ReadCallsCSV(filepath.Join(dir, "calls.csv")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return r, fmt.Errorf("plots: loading %s: %w", dir, err)
+	}
+	if r.Workers, err = traces.ReadWorkersCSV(filepath.Join(dir, "workers.csv")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return r, fmt.Errorf("plots: loading %s: %w", dir, err)
+	}
+	return r, nil
+}
+
+// Label names the folder in figure names and titles: its experiment when summary.csv holds
+// one, with "-replay" appended for a measured run, else the folder's base name.
+func (r Results) Label() string {
+	label := filepath.Base(filepath.Clean(r.Dir))
+	if exps := distinct(r.Summary, func(s traces.SummaryRow) string { return s.Experiment }); len(exps) == 1 && exps[0] != "" {
+		label = exps[0]
+	}
+	if modes := distinct(r.Summary, func(s traces.SummaryRow) string { return s.Mode }); len(modes) == 1 && modes[0] == "replay" {
+		label += "-replay"
+	}
+	return label
+}
+
+// Stat summarises the values of one quantity over the seeds (rows) that share a key.
+type Stat struct {
+	Mean, Min, Max float64
+	// Std is the sample standard deviation (0 for a single value).
+	Std float64
+	N   int
+}
+
+// NewStat summarises values; the zero Stat (N = 0) stands for no data.
+func NewStat(values ...float64) Stat {
+	if len(values) == 0 {
+		return Stat{}
+	}
+	s := Stat{Min: math.Inf(1), Max: math.Inf(-1), N: len(values)}
+	for _, v := range values {
+		s.Mean += v
+		s.Min = math.Min(s.Min, v)
+		s.Max = math.Max(s.Max, v)
+	}
+	s.Mean /= float64(len(values))
+	if len(values) > 1 {
+		for _, v := range values {
+			s.Std += (v - s.Mean) * (v - s.Mean)
+		}
+		s.Std = math.Sqrt(s.Std / float64(len(values)-1))
+	}
+	return s
+}
+
+// Spread chooses the error bars drawn where several seeds share a key.
+type Spread int
+
+const (
+	// SpreadMinMax draws error bars from the smallest to the largest value.
+	SpreadMinMax Spread = iota
+	// SpreadStd draws error bars one sample standard deviation either side of the mean.
+	SpreadStd
+)
+
+// Range returns the ends of s's error bar under spread.
+func (s Stat) Range(spread Spread) (lo, hi float64) {
+	if spread == SpreadStd {
+		return s.Mean - s.Std, s.Mean + s.Std
+	}
+	return s.Min, s.Max
+}
+
+// Group is an experiment run in one mode ("sim" or "replay").
+type Group struct {
+	Experiment, Mode string
+}
+
+func (g Group) String() string {
+	if g.Mode == "" || g.Mode == "sim" {
+		return g.Experiment
+	}
+	return g.Experiment + " (" + g.Mode + ")"
+}
+
+// Stages of the speedup figure, in the order of SpeedupTable.Cells.
+const (
+	StageExpert = iota
+	StageAggregator
+	StageEndToEnd
+	numStages
+)
+
+// StageNames names the stages of SpeedupTable.Cells.
+var StageNames = [numStages]string{"expert", "aggregator", "end-to-end"}
+
+// SpeedupTable is the data of the speedup figure.
+type SpeedupTable struct {
+	// Groups and Policies in the order they first appear in the rows.
+	Groups   []Group
+	Policies []string
+	// Baseline is the first policy of every group, or "" when the groups disagree.
+	Baseline string
+	// Cells[stage][group][policy] summarises the speedups of that stage over the seeds of
+	// (experiment, mode, policy); N = 0 where the group did not run the policy.
+	Cells [numStages][][]Stat
+}
+
+// SpeedupData tabulates the per-stage speedups of summary rows by (experiment, mode) and
+// policy.
+func SpeedupData(rows []traces.SummaryRow) SpeedupTable {
+	var t SpeedupTable
+	t.Groups = distinct(rows, func(r traces.SummaryRow) Group { return Group{r.Experiment, r.Mode} })
+	t.Policies = distinct(rows, func(r traces.SummaryRow) string { return r.Policy })
+	for i, g := range t.Groups {
+		first := ""
+		for _, r := range rows {
+			if (Group{r.Experiment, r.Mode}) == g {
+				first = r.Policy
+				break
+			}
+		}
+		if i == 0 {
+			t.Baseline = first
+		} else if first != t.Baseline {
+			t.Baseline = ""
+		}
+	}
+	for s := range numStages {
+		t.Cells[s] = make([][]Stat, len(t.Groups))
+		for gi, g := range t.Groups {
+			t.Cells[s][gi] = make([]Stat, len(t.Policies))
+			for pi, p := range t.Policies {
+				var vs []float64
+				for _, r := range rows {
+					if (Group{r.Experiment, r.Mode}) == g && r.Policy == p {
+						vs = append(vs, [numStages]float64{r.SpeedupExpert, r.SpeedupAggregator, r.SpeedupE2E}[s])
+					}
+				}
+				t.Cells[s][gi][pi] = NewStat(vs...)
+			}
+		}
+	}
+	return t
+}
+
+// Timeline is the data of the GPU timeline figure: each policy's workers as lanes of intervals.
+type Timeline struct {
+	Policies []TimelinePolicy // in the order they first appear
+	// Models are the models the intervals name, sorted.
+	Models []string
+	// End is the latest end of any interval, s.
+	End float64
+}
+
+// TimelinePolicy is the lanes of one policy.
+type TimelinePolicy struct {
+	Policy string
+	Lanes  []TimelineLane // by worker
+	// End is the policy's makespan, the latest end of its intervals, s.
+	End float64
+}
+
+// TimelineLane is one worker's intervals in time order and the seconds it spent in each kind.
+type TimelineLane struct {
+	Worker           int
+	Intervals        []traces.WorkerRow
+	Busy, Load, Idle float64
+}
+
+// TimelineData groups worker intervals by policy and worker.
+func TimelineData(rows []traces.WorkerRow) Timeline {
+	var t Timeline
+	for _, p := range distinct(rows, func(r traces.WorkerRow) string { return r.Policy }) {
+		tp := TimelinePolicy{Policy: p}
+		lanes := map[int]*TimelineLane{}
+		for _, r := range rows {
+			if r.Policy != p {
+				continue
+			}
+			l := lanes[r.Worker]
+			if l == nil {
+				l = &TimelineLane{Worker: r.Worker}
+				lanes[r.Worker] = l
+			}
+			l.Intervals = append(l.Intervals, r)
+			d := r.EndS - r.StartS
+			switch r.Kind {
+			case "busy":
+				l.Busy += d
+			case "load":
+				l.Load += d
+			default:
+				l.Idle += d
+			}
+			tp.End = math.Max(tp.End, r.EndS)
+		}
+		for _, l := range lanes {
+			slices.SortStableFunc(l.Intervals, func(a, b traces.WorkerRow) int { return cmp.Compare(a.StartS, b.StartS) })
+			tp.Lanes = append(tp.Lanes, *l)
+		}
+		slices.SortFunc(tp.Lanes, func(a, b TimelineLane) int { return cmp.Compare(a.Worker, b.Worker) })
+		t.End = math.Max(t.End, tp.End)
+		t.Policies = append(t.Policies, tp)
+	}
+	for _, r := range rows {
+		if r.Model != "" && !slices.Contains(t.Models, r.Model) {
+			t.Models = append(t.Models, r.Model)
+		}
+	}
+	slices.Sort(t.Models)
+	return t
+}
+
+// CDF returns the empirical distribution function of values: the distinct values in
+// increasing order and, for each, the fraction of values at or below it. NaNs are dropped.
+func CDF(values []float64) (x, p []float64) {
+	v := slices.DeleteFunc(slices.Clone(values), math.IsNaN)
+	slices.Sort(v)
+	for i, f := range v {
+		if i+1 < len(v) && v[i+1] == f {
+			continue
+		}
+		x = append(x, f)
+		p = append(p, float64(i+1)/float64(len(v)))
+	}
+	return x, p
+}
+
+// LengthCDF is the output-length distribution of one model in one stage.
+type LengthCDF struct {
+	Model string
+	Stage traces.Stage
+	// N is the number of calls; X (tokens) and P are their CDF.
+	N    int
+	X, P []float64
+	// Median is the median output length, tokens.
+	Median float64
+}
+
+// OutputLengthData returns the output-length CDF of each (model, stage) in calls, ordered by
+// model and then stage. Every call of the workload counts once: the rows of the several
+// policies of a run name the same calls, so a (query, call) pair is taken from its first row.
+// Calls with no output tokens are dropped, because the figure's axis is logarithmic.
+func OutputLengthData(calls []traces.CallRow) []LengthCDF {
+	type key struct {
+		model string
+		stage traces.Stage
+	}
+	lengths := map[key][]float64{}
+	for _, c := range uniqueCalls(calls) {
+		if c.OutputTokens > 0 {
+			k := key{c.Model, c.Stage}
+			lengths[k] = append(lengths[k], float64(c.OutputTokens))
+		}
+	}
+	var out []LengthCDF
+	for k, v := range lengths {
+		x, p := CDF(v)
+		out = append(out, LengthCDF{Model: k.model, Stage: k.stage, N: len(v), X: x, P: p, Median: quantile(v, 0.5)})
+	}
+	slices.SortFunc(out, func(a, b LengthCDF) int {
+		return cmp.Or(cmp.Compare(a.Model, b.Model), cmp.Compare(a.Stage, b.Stage))
+	})
+	return out
+}
+
+// ModelCount is the number of calls to one model.
+type ModelCount struct {
+	Model string
+	Calls int
+}
+
+// Demand is the data of the expert demand figure.
+type Demand struct {
+	// Models in decreasing order of calls (ties by name).
+	Models []ModelCount
+	// Ratio is the most called expert's count over the least called one's.
+	Ratio float64
+}
+
+// DemandData counts the expert calls per model. Every call of the workload counts once (see
+// OutputLengthData).
+func DemandData(calls []traces.CallRow) Demand {
+	counts := map[string]int{}
+	for _, c := range uniqueCalls(calls) {
+		if c.Stage == traces.StageExpert {
+			counts[c.Model]++
+		}
+	}
+	var d Demand
+	for m, n := range counts {
+		d.Models = append(d.Models, ModelCount{m, n})
+	}
+	slices.SortFunc(d.Models, func(a, b ModelCount) int { return cmp.Or(cmp.Compare(b.Calls, a.Calls), cmp.Compare(a.Model, b.Model)) })
+	if len(d.Models) > 0 {
+		d.Ratio = float64(d.Models[0].Calls) / float64(d.Models[len(d.Models)-1].Calls)
+	}
+	return d
+}
+
+// TradeoffPoint is one threshold of a TradeoffSeries.
+type TradeoffPoint struct {
+	// Threshold is the aggregation threshold T; +Inf stands for never skipping.
+	Threshold float64
+	// SkipRate (aggregator_skipped / queries) and Accuracy, both fractions, over the rows
+	// (policies and seeds) that ran with this threshold.
+	SkipRate, Accuracy Stat
+}
+
+// TradeoffSeries is one experiment's threshold trade-off.
+type TradeoffSeries struct {
+	Group
+	Points []TradeoffPoint // by increasing threshold, +Inf last
+}
+
+// TradeoffData returns, per (experiment, mode), the skip rate and accuracy at each threshold
+// of the rows whose policy belongs to family (its name, or its name followed by "+" or "-",
+// as in "mosaic-t2/3"); an empty family takes every row. Rows with a NaN threshold or no
+// queries are left out.
+func TradeoffData(rows []traces.SummaryRow, family string) []TradeoffSeries {
+	var kept []traces.SummaryRow
+	for _, r := range rows {
+		if InFamily(r.Policy, family) && !math.IsNaN(r.Threshold) && r.Queries > 0 {
+			kept = append(kept, r)
+		}
+	}
+	var out []TradeoffSeries
+	for _, g := range distinct(kept, func(r traces.SummaryRow) Group { return Group{r.Experiment, r.Mode} }) {
+		s := TradeoffSeries{Group: g}
+		var ts []float64
+		for _, r := range kept {
+			if (Group{r.Experiment, r.Mode}) == g && !slices.Contains(ts, r.Threshold) {
+				ts = append(ts, r.Threshold)
+			}
+		}
+		slices.Sort(ts)
+		for _, th := range ts {
+			var skip, acc []float64
+			for _, r := range kept {
+				if (Group{r.Experiment, r.Mode}) == g && r.Threshold == th {
+					skip = append(skip, float64(r.AggregatorSkipped)/float64(r.Queries))
+					acc = append(acc, r.Accuracy)
+				}
+			}
+			s.Points = append(s.Points, TradeoffPoint{Threshold: th, SkipRate: NewStat(skip...), Accuracy: NewStat(acc...)})
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// InFamily reports whether policy belongs to family: it is the family's name, or the name
+// followed by "+" or "-" and a variant ("round-robin+skip", "mosaic-t2/3"). Every policy
+// belongs to the empty family.
+func InFamily(policy, family string) bool {
+	if family == "" || policy == family {
+		return true
+	}
+	rest, ok := strings.CutPrefix(policy, family)
+	return ok && (strings.HasPrefix(rest, "+") || strings.HasPrefix(rest, "-"))
+}
+
+// SimVsReplayPair is one policy's end-to-end makespan simulated and measured.
+type SimVsReplayPair struct {
+	Experiment, Policy string
+	// Sim and Replay summarise e2e_s (s) over the seeds of each mode.
+	Sim, Replay Stat
+	// ErrorPct is the simulator's error, (Sim.Mean - Replay.Mean) / Replay.Mean in percent.
+	ErrorPct float64
+}
+
+// SimVsReplayData pairs the e2e makespans of the (experiment, policy) keys that have both
+// mode=sim and mode=replay rows, in the order the keys first appear.
+func SimVsReplayData(rows []traces.SummaryRow) []SimVsReplayPair {
+	type key struct{ exp, policy string }
+	var out []SimVsReplayPair
+	for _, k := range distinct(rows, func(r traces.SummaryRow) key { return key{r.Experiment, r.Policy} }) {
+		var sim, replay []float64
+		for _, r := range rows {
+			if (key{r.Experiment, r.Policy}) != k {
+				continue
+			}
+			switch r.Mode {
+			case "sim":
+				sim = append(sim, r.E2ES)
+			case "replay":
+				replay = append(replay, r.E2ES)
+			}
+		}
+		if len(sim) == 0 || len(replay) == 0 {
+			continue
+		}
+		p := SimVsReplayPair{Experiment: k.exp, Policy: k.policy, Sim: NewStat(sim...), Replay: NewStat(replay...)}
+		p.ErrorPct = (p.Sim.Mean - p.Replay.Mean) / p.Replay.Mean * 100
+		out = append(out, p)
+	}
+	return out
+}
+
+// uniqueCalls returns the first row of every (query, call) pair.
+func uniqueCalls(calls []traces.CallRow) []traces.CallRow {
+	type key struct{ query, call int }
+	seen := map[key]bool{}
+	var out []traces.CallRow
+	for _, c := range calls {
+		k := key{c.Query, c.Call}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// quantile returns the q-quantile of values by linear interpolation between order statistics.
+func quantile(values []float64, q float64) float64 {
+	if len(values) == 0 {
+		return math.NaN()
+	}
+	v := slices.Clone(values)
+	slices.Sort(v)
+	pos := q * float64(len(v)-1)
+	i := int(pos)
+	if i+1 >= len(v) {
+		return v[len(v)-1]
+	}
+	return v[i] + (pos-float64(i))*(v[i+1]-v[i])
+}
+
+// distinct returns the keys of rows in the order they first appear.
+func distinct[R any, K comparable](rows []R, key func(R) K) []K {
+	seen := map[K]bool{}
+	var out []K
+	for _, r := range rows {
+		k := key(r)
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}

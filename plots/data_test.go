@@ -1,0 +1,226 @@
+package plots_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mosaic-sched/mosaic/plots"
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+func TestSpeedupData(t *testing.T) {
+	summary, _, _ := loadFixture(t)
+	got := plots.SpeedupData(summary)
+	assert.Equal(t, []plots.Group{{"exp-a", "sim"}, {"exp-a", "replay"}, {"exp-b", "sim"}}, got.Groups)
+	assert.Equal(t, []string{"rr", "mosaic", "mosaic-t0.5"}, got.Policies)
+	assert.Equal(t, "rr", got.Baseline)
+	tests := []struct {
+		name                 string
+		stage, group, policy int
+		want                 plots.Stat
+	}{
+		{"baseline over two seeds", plots.StageEndToEnd, 0, 0, plots.Stat{Mean: 1, Min: 1, Max: 1, N: 2}},
+		{"expert over two seeds", plots.StageExpert, 0, 1, plots.Stat{Mean: 1.75, Min: 1.5, Max: 2, Std: math.Sqrt(0.125), N: 2}},
+		{"aggregator over two seeds", plots.StageAggregator, 0, 1, plots.Stat{Mean: 2.5, Min: 2, Max: 3, Std: math.Sqrt(0.5), N: 2}},
+		{"one seed", plots.StageEndToEnd, 0, 2, plots.Stat{Mean: 3, Min: 3, Max: 3, N: 1}},
+		{"replay", plots.StageAggregator, 1, 1, plots.Stat{Mean: 2.5, Min: 2.5, Max: 2.5, N: 1}},
+		{"policy not run", plots.StageExpert, 1, 2, plots.Stat{}},
+		{"second experiment", plots.StageEndToEnd, 2, 1, plots.Stat{Mean: 1.25, Min: 1.25, Max: 1.25, N: 1}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.InDeltaMapValues(t, statMap(tt.want), statMap(got.Cells[tt.stage][tt.group][tt.policy]), 1e-12)
+		})
+	}
+}
+
+func statMap(s plots.Stat) map[string]float64 {
+	return map[string]float64{"mean": s.Mean, "min": s.Min, "max": s.Max, "std": s.Std, "n": float64(s.N)}
+}
+
+func TestSpeedupDataBaselineDisagrees(t *testing.T) {
+	rows := []traces.SummaryRow{{Experiment: "a", Mode: "sim", Policy: "rr"}, {Experiment: "b", Mode: "sim", Policy: "dp"}}
+	assert.Empty(t, plots.SpeedupData(rows).Baseline)
+}
+
+func TestStatRange(t *testing.T) {
+	s := plots.NewStat(1, 2, 6)
+	lo, hi := s.Range(plots.SpreadMinMax)
+	assert.Equal(t, [2]float64{1, 6}, [2]float64{lo, hi})
+	lo, hi = s.Range(plots.SpreadStd)
+	assert.InDelta(t, 3-math.Sqrt(7), lo, 1e-12)
+	assert.InDelta(t, 3+math.Sqrt(7), hi, 1e-12)
+	assert.Equal(t, plots.Stat{}, plots.NewStat())
+}
+
+func TestTimelineData(t *testing.T) {
+	_, _, workers := loadFixture(t)
+	got := plots.TimelineData(workers)
+	assert.Equal(t, []string{"A", "B", "C"}, got.Models)
+	assert.Equal(t, 100.0, got.End)
+	require.Len(t, got.Policies, 2)
+	type lane struct {
+		worker, intervals int
+		busy, load, idle  float64
+	}
+	tests := []struct {
+		policy string
+		end    float64
+		lanes  []lane
+	}{
+		{"rr", 100, []lane{{0, 3, 40, 10, 50}, {1, 5, 48, 20, 32}}},
+		{"mosaic", 40, []lane{{0, 5, 30, 9, 0}, {1, 5, 18, 5, 17}}},
+	}
+	for i, tt := range tests {
+		t.Run(tt.policy, func(t *testing.T) {
+			p := got.Policies[i]
+			assert.Equal(t, tt.policy, p.Policy)
+			assert.Equal(t, tt.end, p.End)
+			var lanes []lane
+			for _, l := range p.Lanes {
+				lanes = append(lanes, lane{l.Worker, len(l.Intervals), l.Busy, l.Load, l.Idle})
+				for k := 1; k < len(l.Intervals); k++ {
+					assert.LessOrEqual(t, l.Intervals[k-1].StartS, l.Intervals[k].StartS, "intervals in time order")
+				}
+			}
+			assert.Equal(t, tt.lanes, lanes)
+		})
+	}
+}
+
+func TestCDF(t *testing.T) {
+	tests := []struct {
+		name   string
+		values []float64
+		x, p   []float64
+	}{
+		{"ties", []float64{3, 1, 2, 2}, []float64{1, 2, 3}, []float64{0.25, 0.75, 1}},
+		{"one value", []float64{7}, []float64{7}, []float64{1}},
+		{"NaN dropped", []float64{math.NaN(), 5, 4}, []float64{4, 5}, []float64{0.5, 1}},
+		{"empty", nil, nil, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			x, p := plots.CDF(tt.values)
+			assert.Equal(t, tt.x, x)
+			assert.Equal(t, tt.p, p)
+		})
+	}
+}
+
+func TestOutputLengthData(t *testing.T) {
+	_, calls, _ := loadFixture(t)
+	got := plots.OutputLengthData(calls)
+	want := []plots.LengthCDF{
+		{Model: "A", Stage: traces.StageExpert, N: 6, X: []float64{10, 100, 1000}, P: []float64{0.5, 5.0 / 6, 1}, Median: 55},
+		{Model: "B", Stage: traces.StageExpert, N: 2, X: []float64{20, 40}, P: []float64{0.5, 1}, Median: 30},
+		{Model: "C", Stage: traces.StageAggregator, N: 4, X: []float64{50, 500, 5000}, P: []float64{0.25, 0.75, 1}, Median: 500},
+	}
+	assert.Equal(t, want, got)
+}
+
+func TestDemandData(t *testing.T) {
+	_, calls, _ := loadFixture(t)
+	got := plots.DemandData(calls)
+	assert.Equal(t, plots.Demand{Models: []plots.ModelCount{{"A", 6}, {"B", 2}}, Ratio: 3}, got)
+	assert.Equal(t, plots.Demand{}, plots.DemandData(nil))
+}
+
+func TestTradeoffData(t *testing.T) {
+	summary, _, _ := loadFixture(t)
+	type point struct{ threshold, skip, skipMin, skipMax, acc float64 }
+	flatten := func(series []plots.TradeoffSeries) map[plots.Group][]point {
+		out := map[plots.Group][]point{}
+		for _, s := range series {
+			for _, p := range s.Points {
+				out[s.Group] = append(out[s.Group], point{p.Threshold, p.SkipRate.Mean, p.SkipRate.Min, p.SkipRate.Max, p.Accuracy.Mean})
+			}
+		}
+		return out
+	}
+	tests := []struct {
+		family string
+		want   map[plots.Group][]point
+	}{
+		{"", map[plots.Group][]point{
+			{"exp-a", "sim"}:    {{0.5, 0.75, 0.75, 0.75, 0.25}, {1, 0.375, 0.25, 0.5, 0.625}, {inf, 0, 0, 0, 0.75}},
+			{"exp-a", "replay"}: {{1, 0.5, 0.5, 0.5, 0.5}, {inf, 0, 0, 0, 0.75}},
+			{"exp-b", "sim"}:    {{1, 1, 1, 1, 1}, {inf, 0, 0, 0, 1}},
+		}},
+		{"mosaic", map[plots.Group][]point{
+			{"exp-a", "sim"}:    {{0.5, 0.75, 0.75, 0.75, 0.25}, {1, 0.375, 0.25, 0.5, 0.625}},
+			{"exp-a", "replay"}: {{1, 0.5, 0.5, 0.5, 0.5}},
+			{"exp-b", "sim"}:    {{1, 1, 1, 1, 1}},
+		}},
+		{"rr", map[plots.Group][]point{
+			{"exp-a", "sim"}:    {{inf, 0, 0, 0, 0.75}},
+			{"exp-a", "replay"}: {{inf, 0, 0, 0, 0.75}},
+			{"exp-b", "sim"}:    {{inf, 0, 0, 0, 1}},
+		}},
+		{"dp", map[plots.Group][]point{}},
+	}
+	for _, tt := range tests {
+		t.Run("family "+tt.family, func(t *testing.T) {
+			assert.Equal(t, tt.want, flatten(plots.TradeoffData(summary, tt.family)))
+		})
+	}
+}
+
+func TestInFamily(t *testing.T) {
+	tests := []struct {
+		policy, family string
+		want           bool
+	}{
+		{"mosaic", "mosaic", true},
+		{"mosaic-t2/3", "mosaic", true},
+		{"round-robin+skip", "round-robin", true},
+		{"mosaics", "mosaic", false},
+		{"mosaic", "mosaic-t2/3", false},
+		{"anything", "", true},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, plots.InFamily(tt.policy, tt.family), "%s in %s", tt.policy, tt.family)
+	}
+}
+
+func TestSimVsReplayData(t *testing.T) {
+	summary, _, _ := loadFixture(t)
+	got := plots.SimVsReplayData(summary)
+	require.Len(t, got, 2)
+	assert.Equal(t, plots.SimVsReplayPair{Experiment: "exp-a", Policy: "rr",
+		Sim: plots.Stat{Mean: 110, Min: 100, Max: 120, Std: math.Sqrt(200), N: 2}, Replay: plots.Stat{Mean: 125, Min: 125, Max: 125, N: 1},
+		ErrorPct: -12}, got[0])
+	assert.Equal(t, "mosaic", got[1].Policy)
+	assert.Equal(t, 50.0, got[1].Sim.Mean)
+	assert.Equal(t, 50.0, got[1].Replay.Mean)
+	assert.Equal(t, 0.0, got[1].ErrorPct)
+
+	var simOnly []traces.SummaryRow
+	for _, r := range summary {
+		if r.Mode == "sim" {
+			simOnly = append(simOnly, r)
+		}
+	}
+	assert.Empty(t, plots.SimVsReplayData(simOnly))
+}
+
+func TestResultsLabel(t *testing.T) {
+	row := func(exp, mode string) traces.SummaryRow { return traces.SummaryRow{Experiment: exp, Mode: mode} }
+	tests := []struct {
+		name    string
+		summary []traces.SummaryRow
+		want    string
+	}{
+		{"one experiment", []traces.SummaryRow{row("mmlu", "sim"), row("mmlu", "sim")}, "mmlu"},
+		{"replayed", []traces.SummaryRow{row("mmlu", "replay")}, "mmlu-replay"},
+		{"several experiments", []traces.SummaryRow{row("a", "sim"), row("b", "sim")}, "out"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			assert.Equal(t, tt.want, plots.Results{Dir: "/x/out/", Summary: tt.summary}.Label())
+		})
+	}
+}

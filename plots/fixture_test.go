@@ -1,0 +1,131 @@
+package plots_test
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// The fixture: experiment exp-a simulated with seeds 1 and 2 under rr (the baseline, never
+// skips) and mosaic (T = 1), once with mosaic-t0.5 (T = 0.5), and replayed with seed 1;
+// experiment exp-b simulated once. calls.csv and workers.csv hold exp-a's seed-1 run of rr
+// and mosaic on two workers: four queries, two experts each from models A and B, aggregator C.
+
+func summaryRow(exp, mode, policy string, seed uint64, threshold, skipped float64, speedups [3]float64, e2e, acc float64) traces.SummaryRow {
+	return traces.SummaryRow{Experiment: exp, Mode: mode, Policy: policy, Seed: seed, Rule: "rule", Threshold: threshold,
+		Queries: 4, ExpertCalls: 8, AggregatorCalls: 4 - int(skipped), AggregatorSkipped: int(skipped),
+		ExpertStageS: e2e * 0.75, AggregatorStageS: e2e * 0.25, E2ES: e2e,
+		SpeedupExpert: speedups[0], SpeedupAggregator: speedups[1], SpeedupE2E: speedups[2],
+		Accuracy: acc, GPUBusyFrac: 0.5, ModelLoads: 3}
+}
+
+var inf = math.Inf(1)
+
+func fixtureSummary() []traces.SummaryRow {
+	return []traces.SummaryRow{
+		summaryRow("exp-a", "sim", "rr", 1, inf, 0, [3]float64{1, 1, 1}, 100, 0.75),
+		summaryRow("exp-a", "sim", "mosaic", 1, 1, 2, [3]float64{2, 3, 2.5}, 40, 0.5),
+		summaryRow("exp-a", "sim", "rr", 2, inf, 0, [3]float64{1, 1, 1}, 120, 0.75),
+		summaryRow("exp-a", "sim", "mosaic", 2, 1, 1, [3]float64{1.5, 2, 2}, 60, 0.75),
+		summaryRow("exp-a", "sim", "mosaic-t0.5", 1, 0.5, 3, [3]float64{2, 4, 3}, 33, 0.25),
+		summaryRow("exp-a", "replay", "rr", 1, inf, 0, [3]float64{1, 1, 1}, 125, 0.75),
+		summaryRow("exp-a", "replay", "mosaic", 1, 1, 2, [3]float64{2, 2.5, 2.5}, 50, 0.5),
+		summaryRow("exp-b", "sim", "rr", 1, inf, 0, [3]float64{1, 1, 1}, 10, 1),
+		summaryRow("exp-b", "sim", "mosaic", 1, 1, 4, [3]float64{1.25, 1.5, 1.25}, 8, 1),
+	}
+}
+
+func call(policy string, query, id int, stage traces.Stage, model string, worker, out int, start, end float64) traces.CallRow {
+	return traces.CallRow{Policy: policy, Query: query, Call: id, Stage: stage, Model: model, Worker: worker,
+		InputTokens: 100, OutputTokens: out, ReadyS: 0, StartS: start, FirstTokenS: start + 0.5, EndS: end, Status: "done"}
+}
+
+func fixtureCalls() []traces.CallRow {
+	e, a := traces.StageExpert, traces.StageAggregator
+	return []traces.CallRow{
+		// rr: A on worker 0, B on worker 1, then C on worker 1.
+		call("rr", 0, 0, e, "A", 0, 10, 10, 20),
+		call("rr", 0, 1, e, "A", 0, 100, 10, 40),
+		call("rr", 1, 3, e, "A", 0, 1000, 12, 50),
+		call("rr", 1, 4, e, "B", 1, 20, 10, 15),
+		call("rr", 2, 6, e, "A", 0, 100, 20, 45),
+		call("rr", 2, 7, e, "B", 1, 40, 10, 18),
+		call("rr", 3, 9, e, "A", 0, 10, 40, 50),
+		call("rr", 3, 10, e, "A", 0, 10, 41, 50),
+		call("rr", 0, 2, a, "C", 1, 500, 60, 80),
+		call("rr", 1, 5, a, "C", 1, 5000, 60, 100),
+		call("rr", 2, 8, a, "C", 1, 500, 62, 90),
+		call("rr", 3, 11, a, "C", 1, 50, 62, 70),
+		// mosaic: the same expert calls (other placement), two aggregator calls.
+		call("mosaic", 0, 0, e, "A", 1, 10, 5, 9),
+		call("mosaic", 0, 1, e, "A", 1, 100, 5, 12),
+		call("mosaic", 1, 3, e, "A", 0, 1000, 5, 20),
+		call("mosaic", 1, 4, e, "B", 0, 20, 21, 25),
+		call("mosaic", 2, 6, e, "A", 1, 100, 6, 15),
+		call("mosaic", 2, 7, e, "B", 0, 40, 21, 26),
+		call("mosaic", 3, 9, e, "A", 1, 10, 6, 10),
+		call("mosaic", 3, 10, e, "A", 1, 10, 6, 10),
+		call("mosaic", 1, 5, a, "C", 0, 5000, 30, 40),
+		call("mosaic", 2, 8, a, "C", 1, 500, 30, 38),
+	}
+}
+
+func fixtureWorkers() []traces.WorkerRow {
+	return []traces.WorkerRow{
+		{Policy: "rr", Worker: 0, Kind: "load", Model: "A", StartS: 0, EndS: 10},
+		{Policy: "rr", Worker: 0, Kind: "busy", Model: "A", StartS: 10, EndS: 50, MeanBatch: 3},
+		{Policy: "rr", Worker: 0, Kind: "idle", StartS: 50, EndS: 100},
+		{Policy: "rr", Worker: 1, Kind: "load", Model: "B", StartS: 0, EndS: 10},
+		{Policy: "rr", Worker: 1, Kind: "busy", Model: "B", StartS: 10, EndS: 18, MeanBatch: 2},
+		{Policy: "rr", Worker: 1, Kind: "idle", StartS: 18, EndS: 50},
+		{Policy: "rr", Worker: 1, Kind: "load", Model: "C", StartS: 50, EndS: 60},
+		{Policy: "rr", Worker: 1, Kind: "busy", Model: "C", StartS: 60, EndS: 100, MeanBatch: 2.5},
+		{Policy: "mosaic", Worker: 0, Kind: "load", Model: "A", StartS: 0, EndS: 5},
+		{Policy: "mosaic", Worker: 0, Kind: "busy", Model: "A", StartS: 5, EndS: 20, MeanBatch: 1},
+		{Policy: "mosaic", Worker: 0, Kind: "busy", Model: "B", StartS: 21, EndS: 26, MeanBatch: 2},
+		{Policy: "mosaic", Worker: 0, Kind: "load", Model: "C", StartS: 26, EndS: 30},
+		{Policy: "mosaic", Worker: 0, Kind: "busy", Model: "C", StartS: 30, EndS: 40, MeanBatch: 1},
+		{Policy: "mosaic", Worker: 1, Kind: "load", Model: "A", StartS: 0, EndS: 5},
+		{Policy: "mosaic", Worker: 1, Kind: "busy", Model: "A", StartS: 5, EndS: 15, MeanBatch: 4},
+		{Policy: "mosaic", Worker: 1, Kind: "idle", StartS: 15, EndS: 30},
+		{Policy: "mosaic", Worker: 1, Kind: "busy", Model: "C", StartS: 30, EndS: 38, MeanBatch: 1},
+		{Policy: "mosaic", Worker: 1, Kind: "idle", StartS: 38, EndS: 40},
+	}
+}
+
+func writeCSV[R traces.Recorder](t *testing.T, path string, header []string, rows []R) {
+	t.Helper()
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	require.NoError(t, traces.WriteCSV(f, header, rows))
+	require.NoError(t, f.Close())
+}
+
+// fixtureDir writes the fixture as a results folder and returns its path.
+func fixtureDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "results")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	writeCSV(t, filepath.Join(dir, "summary.csv"), traces.SummaryHeader, fixtureSummary())
+	writeCSV(t, filepath.Join(dir, "calls.csv"), traces.CallHeader, fixtureCalls())
+	writeCSV(t, filepath.Join(dir, "workers.csv"), traces.WorkerHeader, fixtureWorkers())
+	return dir
+}
+
+// loadFixture writes the fixture and reads it back, so that tests see the CSV values.
+func loadFixture(t *testing.T) (summary []traces.SummaryRow, calls []traces.CallRow, workers []traces.WorkerRow) {
+	t.Helper()
+	dir := fixtureDir(t)
+	summary, err := traces.ReadSummaryCSV(filepath.Join(dir, "summary.csv"))
+	require.NoError(t, err)
+	calls, err = traces.ReadCallsCSV(filepath.Join(dir, "calls.csv"))
+	require.NoError(t, err)
+	workers, err = traces.ReadWorkersCSV(filepath.Join(dir, "workers.csv"))
+	require.NoError(t, err)
+	return summary, calls, workers
+}
