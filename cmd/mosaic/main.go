@@ -4,6 +4,7 @@
 //
 //	mosaic sim [EXP.toml] [-o DIR] [--seed N] [--set key=value ...] [--sweep key=v1,v2 ...] [--shard i/n]
 //	mosaic merge SHARD_DIR... -o OUT
+//	mosaic emulate --listen 127.0.0.1:PORT --gpu NAME --model ARCH [--time-scale S]
 //	mosaic plot RESULTS_DIR... [-o FIGDIR] [--format png,pdf,svg] [--columns 1|2]
 //	mosaic replay EXP.toml -o DIR [--resume]
 //	mosaic profile --endpoint URL --model NAME --gpu GPU [-o profile.toml]
@@ -43,6 +44,7 @@ type command struct {
 
 var commands = []command{
 	{"sim", "simulate an experiment (default: the built-in quick start)", runSim},
+	{"emulate", "serve one emulated GPU worker over the OpenAI API (vLLM-like, timed by the simulator)", runEmulate},
 	{"plot", "draw paper-style figures from results folders", runPlot},
 	{"replay", "run an experiment's policies on real (or emulated) inference servers", runReplay},
 	{"profile", "measure a server, fit the cost model's coefficients and write a profile", runProfile},

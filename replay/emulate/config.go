@@ -1,0 +1,213 @@
+package emulate
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/mosaic-sched/mosaic/sim"
+)
+
+// Engine defaults, as vLLM uses them.
+const (
+	DefaultMaxNumSeqs           = 256
+	DefaultMaxBatchedTokens     = 8192
+	DefaultGPUMemoryUtilization = 0.9
+	DefaultBlockSize            = 16
+)
+
+// Config describes one emulated worker.
+type Config struct {
+	// GPU and Model are the catalog entries the worker emulates (Model is required; both are
+	// reported in logs).
+	GPU   *sim.GPU
+	Model *sim.Model
+	// ServedName is the model name clients must send (vLLM --served-model-name); empty means
+	// the model's Hugging Face id.
+	ServedName string
+	// Cost is the cost model that times the engine's iterations.
+	Cost *sim.CostModel
+	// Engine is the engine's scheduler configuration.
+	Engine sim.EngineConfig
+	// TimeScale S: one second of emulated GPU time takes 1/S seconds of real time. Zero means
+	// 1; at most 1e6.
+	TimeScale float64
+	// LoadTime is the emulated time to load the model; /health answers 503 for LoadTime/S of
+	// real time after New. Zero disables the delay.
+	LoadTime time.Duration
+	// Faults injects failures; the zero value injects none.
+	Faults Faults
+	// APIKey, when not empty, is required as "Authorization: Bearer KEY" on /v1/ routes.
+	APIKey string
+	// Logger receives the server's logs; nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Faults are failures the emulator injects, each drawn per request from a random source seeded
+// with Seed, so a run that sends requests in the same order sees the same faults.
+type Faults struct {
+	// ErrorRate is the fraction of requests answered with HTTP 500.
+	ErrorRate float64
+	// StallRate is the fraction of requests whose response stalls for Stall of real time once
+	// half of their tokens have been written (non-streaming responses: before being written).
+	StallRate float64
+	Stall     time.Duration
+	// WrongTokensRate is the fraction of requests that produce one token fewer than asked
+	// (finish_reason "stop"; usage reports the tokens produced). Requests for one token are
+	// exempt.
+	WrongTokensRate float64
+	// CrashAfter > 0 makes the server die when it accepts its CrashAfter-th request: OnCrash
+	// is called, the listener started by Start is closed, and every request in flight or still
+	// to come has its connection dropped without a response.
+	CrashAfter int
+	// OnCrash is called once when the server crashes; `mosaic emulate` exits the process
+	// (status 3) from it. Nil means the server only behaves as dead.
+	OnCrash func()
+	// Seed seeds the random source of the faults.
+	Seed int64
+}
+
+func (f Faults) validate() error {
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"error rate", f.ErrorRate}, {"stall rate", f.StallRate}, {"wrong-tokens rate", f.WrongTokensRate}} {
+		if !(r.v >= 0 && r.v <= 1) {
+			return fmt.Errorf("emulate: fault %s must be in [0, 1], got %g", r.name, r.v)
+		}
+	}
+	if f.Stall < 0 || (f.StallRate > 0 && f.Stall == 0) {
+		return errors.New("emulate: a stall rate needs a positive stall duration")
+	}
+	if f.CrashAfter < 0 {
+		return fmt.Errorf("emulate: crash-after must not be negative, got %d", f.CrashAfter)
+	}
+	return nil
+}
+
+func (c *Config) validate() error {
+	if c.Model == nil || c.Cost == nil {
+		return errors.New("emulate: the config needs a model and its cost model")
+	}
+	if c.TimeScale == 0 {
+		c.TimeScale = 1
+	}
+	if !(c.TimeScale > 0) || c.TimeScale > 1e6 {
+		return fmt.Errorf("emulate: time scale must be in (0, 1e6], got %g", c.TimeScale)
+	}
+	if c.LoadTime < 0 {
+		return fmt.Errorf("emulate: load time must not be negative, got %v", c.LoadTime)
+	}
+	if c.ServedName == "" {
+		c.ServedName = c.Model.ID
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if err := c.Engine.Validate(); err != nil {
+		return fmt.Errorf("emulate: engine: %w", err)
+	}
+	return c.Faults.validate()
+}
+
+// Options are the settings ConfigFor takes beyond the GPU and the model; zero values mean the
+// defaults (the built-in catalog and profile, vLLM's engine settings).
+type Options struct {
+	// Catalog and Profile resolve the names; nil means sim.DefaultCatalog() and
+	// sim.DefaultProfile().
+	Catalog *sim.Catalog
+	Profile *sim.Profile
+	// MaxNumSeqs, MaxBatchedTokens, GPUMemoryUtilization and BlockSize are vLLM's
+	// max_num_seqs, max_num_batched_tokens, gpu_memory_utilization and block_size.
+	MaxNumSeqs           int
+	MaxBatchedTokens     int
+	GPUMemoryUtilization float64
+	BlockSize            int
+	// NoChunkedPrefill selects vLLM V0's scheduler (whole prompts first) instead of chunked
+	// prefill.
+	NoChunkedPrefill bool
+}
+
+// ConfigFor builds the Config of one worker from catalog names, the way experiments resolve a
+// model on a GPU: the profile's coefficients for the GPU, the KV cache that fits at the memory
+// utilisation, a watermark of 1% of the blocks, and the model's load time. ServedName is the
+// model's Hugging Face id and TimeScale 1; set the remaining fields on the result.
+func ConfigFor(gpuName, modelName string, o Options) (Config, error) {
+	cat, prof := o.Catalog, o.Profile
+	if cat == nil {
+		cat = sim.DefaultCatalog()
+	}
+	if prof == nil {
+		prof = sim.DefaultProfile()
+	}
+	g, err := cat.GPU(gpuName)
+	if err != nil {
+		return Config{}, fmt.Errorf("emulate: %w", err)
+	}
+	m, err := cat.Model(modelName)
+	if err != nil {
+		return Config{}, fmt.Errorf("emulate: %w", err)
+	}
+	cm, err := sim.NewCostModel(m, g, prof.For(g))
+	if err != nil {
+		return Config{}, fmt.Errorf("emulate: %w", err)
+	}
+	eng := sim.EngineConfig{
+		MaxNumSeqs:       orInt(o.MaxNumSeqs, DefaultMaxNumSeqs),
+		MaxBatchedTokens: orInt(o.MaxBatchedTokens, DefaultMaxBatchedTokens),
+		ChunkedPrefill:   !o.NoChunkedPrefill,
+		BlockSize:        orInt(o.BlockSize, DefaultBlockSize),
+	}
+	util := o.GPUMemoryUtilization
+	if util == 0 {
+		util = DefaultGPUMemoryUtilization
+	}
+	if !(util > 0 && util <= 1) {
+		return Config{}, fmt.Errorf("emulate: gpu memory utilization must be in (0, 1], got %g", util)
+	}
+	blocks, err := cm.KVBlocks(util, eng.MaxBatchedTokens, eng.BlockSize)
+	if err != nil {
+		return Config{}, fmt.Errorf("emulate: %w", err)
+	}
+	eng.NumBlocks = blocks
+	eng.WatermarkBlocks = blocks / 100
+	if err := eng.Validate(); err != nil {
+		return Config{}, fmt.Errorf("emulate: engine: %w", err)
+	}
+	return Config{GPU: g, Model: m, ServedName: m.ID, Cost: cm, Engine: eng, TimeScale: 1, LoadTime: cm.LoadTime()}, nil
+}
+
+func orInt(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// ErrRemote is returned by CheckListen for an address other hosts could reach.
+var ErrRemote = errors.New("emulate: the listen address is not a loopback address; pass --allow-remote to serve other hosts")
+
+// CheckListen accepts a host:port that binds only loopback interfaces ("127.0.0.1:8000",
+// "[::1]:0", "localhost:8000"), and any address when allowRemote is set. An empty host (all
+// interfaces) is remote.
+func CheckListen(addr string, allowRemote bool) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("emulate: listen address %q: %w", addr, err)
+	}
+	if allowRemote {
+		return nil
+	}
+	if strings.EqualFold(host, "localhost") {
+		return nil
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil || !ip.IsLoopback() {
+		return ErrRemote
+	}
+	return nil
+}

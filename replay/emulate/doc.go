@@ -1,0 +1,30 @@
+// Package emulate is an OpenAI-compatible HTTP server that behaves like one GPU worker running
+// vLLM, without a GPU: requests go into the simulator's own engine model (sim.Engine), stepped in
+// real time with iteration durations from the cost model (sim.CostModel). `mosaic emulate` runs
+// it as a process; tests and the replay code start it in-process with New and Start.
+//
+// # Time
+//
+// One goroutine owns the engine. While the engine has work it runs iterations back to back and
+// keeps a virtual clock v, the sum of the iteration durations; the tokens of an iteration are
+// delivered at the real instant epoch + v/S, where S is the time scale (S > 1 runs faster than
+// real time). The schedule is absolute, so timer jitter never accumulates. Iterations shorter
+// than the timer granularity are computed back to back and their tokens delivered together at
+// the deadline of the last of them (never before an iteration's own deadline; at most about a
+// millisecond after it). Requests join the engine between iterations, as in vLLM; a request that
+// reaches an idle engine moves the virtual clock to its arrival (real time since epoch x S).
+//
+// # What a request costs
+//
+// The prompt length is the number of whitespace-separated words of the prompt (completions:
+// `prompt` as a string, or the first of a list of strings; a list of token ids counts its
+// length; chat: the contents of all messages). The output length is `max_tokens` (or
+// `max_completion_tokens`), which is required: the emulator always produces exactly that many
+// tokens, each the text " tok", as vLLM does with `ignore_eos: true` (accepted and implied;
+// `min_tokens` is accepted and needs no effect).
+//
+// # Limits
+//
+// The engine has no abort: when a client disconnects, its request stays in the engine and
+// finishes there (it still occupies the batch and the KV cache), but nothing more is written.
+package emulate

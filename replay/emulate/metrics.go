@@ -1,0 +1,99 @@
+package emulate
+
+import (
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/mosaic-sched/mosaic/sim"
+)
+
+// metrics are the Prometheus series /metrics exposes, named as vLLM names them.
+type metrics struct {
+	mu    sync.Mutex
+	label string // `model_name="..."`
+	v     metricValues
+}
+
+type metricValues struct {
+	running, waiting int
+	kvUsage          float64
+
+	promptTokens, generationTokens int64
+	successLength, successStop     int64
+	preemptions                    int64
+	lag, maxLag                    float64 // seconds a delivery came after its deadline: latest, worst
+	received                       int64   // requests accepted into the engine
+	injectedErrors                 int64
+}
+
+func (m *metrics) init(model string) {
+	m.label = `model_name="` + escapeLabel(model) + `"`
+}
+
+func escapeLabel(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`).Replace(s)
+}
+
+// setQueue records the engine's queue after admissions.
+func (m *metrics) setQueue(eng *sim.Engine) {
+	m.mu.Lock()
+	m.v.running, m.v.waiting, m.v.kvUsage = eng.Running(), eng.Waiting(), eng.KVUsage()
+	m.mu.Unlock()
+}
+
+// update records delivered iterations and the engine's state at their deadline.
+func (m *metrics) update(eng *sim.Engine, prompt, generated int64, length, stop, preempted int, lag float64) {
+	m.mu.Lock()
+	m.v.lag, m.v.maxLag = lag, max(m.v.maxLag, lag)
+	m.v.running, m.v.waiting, m.v.kvUsage = eng.Running(), eng.Waiting(), eng.KVUsage()
+	m.v.promptTokens += prompt
+	m.v.generationTokens += generated
+	m.v.successLength += int64(length)
+	m.v.successStop += int64(stop)
+	m.v.preemptions += int64(preempted)
+	m.mu.Unlock()
+}
+
+// count adds to a counter of the emulator's own.
+func (m *metrics) count(f func(v *metricValues)) {
+	m.mu.Lock()
+	f(&m.v)
+	m.mu.Unlock()
+}
+
+// write prints the series in the Prometheus text format.
+func (m *metrics) write(w io.Writer) error {
+	m.mu.Lock()
+	c, label := m.v, m.label
+	m.mu.Unlock()
+	var b strings.Builder
+	series := func(name, kind, help string, values ...string) {
+		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, kind)
+		for _, v := range values {
+			b.WriteString(name)
+			b.WriteString(v)
+			b.WriteByte('\n')
+		}
+	}
+	num := func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
+	plain := func(v float64) string { return "{" + label + "} " + num(v) }
+	series("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", plain(float64(c.running)))
+	series("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", plain(float64(c.waiting)))
+	series("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", plain(c.kvUsage))
+	series("vllm:gpu_cache_usage_perc", "gauge", "GPU KV-cache usage (the name before vLLM 0.10). 1 means 100 percent usage.", plain(c.kvUsage))
+	series("vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", plain(float64(c.promptTokens)))
+	series("vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", plain(float64(c.generationTokens)))
+	series("vllm:request_success_total", "counter", "Count of successfully processed requests.",
+		`{finished_reason="length",`+label+"} "+num(float64(c.successLength)),
+		`{finished_reason="stop",`+label+"} "+num(float64(c.successStop)))
+	series("vllm:num_preemptions_total", "counter", "Cumulative number of preemptions from the engine.", plain(float64(c.preemptions)))
+	series("mosaic:emulate_lag_seconds", "gauge", "Real seconds the latest tokens were delivered after their deadline.", plain(c.lag))
+	series("mosaic:emulate_max_lag_seconds", "gauge", "Most real seconds tokens were delivered after their deadline.", plain(c.maxLag))
+	series("mosaic:emulate_requests_total", "counter", "Requests the emulator accepted into its engine.", plain(float64(c.received)))
+	series("mosaic:emulate_injected_errors_total", "counter", "Requests answered with an injected HTTP 500.", plain(float64(c.injectedErrors)))
+	_, err := io.WriteString(w, b.String())
+	return err
+}
