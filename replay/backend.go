@@ -264,6 +264,10 @@ func (b *Backend) Load(w policies.WorkerID, model string) error {
 	b.begin()
 	go func() {
 		srv, err := b.bring(int(w), m)
+		if b.ctx.Err() != nil {
+			stop(srv) // the backend is closing: the load no longer matters
+			return
+		}
 		ev := policies.Event{Kind: policies.EventLoaded, Worker: w, Model: model}
 		if err != nil {
 			ev.Kind, ev.Err = policies.EventFailed, err

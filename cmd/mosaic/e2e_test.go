@@ -1,0 +1,120 @@
+package main
+
+import (
+	"encoding/csv"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// The test binary doubles as the mosaic binary: replay's launch template runs {mosaic}
+// emulate ..., which is this executable with MOSAIC_TEST_MAIN set.
+func TestMain(m *testing.M) {
+	if os.Getenv("MOSAIC_TEST_MAIN") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+const e2eExperiment = "testdata/e2e.toml"
+
+func summaries(t *testing.T, dir string) map[string]traces.SummaryRow {
+	t.Helper()
+	rows, err := traces.ReadSummaryCSV(filepath.Join(dir, "summary.csv"))
+	require.NoError(t, err)
+	out := map[string]traces.SummaryRow{}
+	for _, r := range rows {
+		out[r.Policy] = r
+	}
+	return out
+}
+
+// Same experiment, two modes: each policy's end-to-end makespan and speedup from replay on
+// emulators (launched per worker and model, at time scale 40) agree with the simulator's
+// within 5%.
+func TestSimAgreesWithReplayOnEmulators(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end replay takes ~10 s")
+	}
+	t.Setenv("MOSAIC_TEST_MAIN", "1")
+	simDir, repDir := t.TempDir(), filepath.Join(t.TempDir(), "replay")
+	code, _, errOut := runCLI("sim", e2eExperiment, "-o", simDir)
+	require.Equal(t, 0, code, errOut)
+	code, out, errOut := runCLI("replay", e2eExperiment, "-o", repDir)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "experiment e2e (replay)")
+	s, r := summaries(t, simDir), summaries(t, repDir)
+	require.Len(t, r, 3)
+	for _, p := range []string{"round-robin", "data-parallel", "mosaic"} {
+		t.Logf("%-14s sim e2e %7.1f s  replay e2e %7.1f s  speedup %.3f / %.3f", p, s[p].E2ES, r[p].E2ES, s[p].SpeedupE2E, r[p].SpeedupE2E)
+		assert.Equal(t, "replay", r[p].Mode)
+		assert.InEpsilon(t, s[p].E2ES, r[p].E2ES, 0.05, p)
+		assert.InEpsilon(t, s[p].SpeedupE2E, r[p].SpeedupE2E, 0.05, p)
+		assert.Equal(t, s[p].ExpertCalls, r[p].ExpertCalls, p)
+		assert.Equal(t, s[p].AggregatorCalls, r[p].AggregatorCalls, p)
+		assert.Zero(t, r[p].FailedCalls, p)
+	}
+	for _, f := range []string{"calls.csv", "workers.csv", "run.json", "host.json"} {
+		_, err := os.Stat(filepath.Join(repDir, f))
+		assert.NoError(t, err, f)
+	}
+	// The launched servers' logs are kept per worker.
+	logs, _ := filepath.Glob(filepath.Join(repDir, "logs", "worker*.log"))
+	assert.NotEmpty(t, logs)
+}
+
+// Killing an emulator mid-run leaves a results folder that --resume completes without
+// redoing finished calls.
+func TestReplayResumeAfterCrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end-to-end replay takes ~10 s")
+	}
+	t.Setenv("MOSAIC_TEST_MAIN", "1")
+	dir := filepath.Join(t.TempDir(), "replay")
+	crashing := "replay.command={mosaic} emulate --listen 127.0.0.1:{port} --gpu {gpu_name} --model {arch} --served-model-name {model} --time-scale {time_scale} --fault-crash-after 25"
+	code, _, errOut := runCLI("replay", e2eExperiment, "-o", dir, "--set", crashing)
+	require.Equal(t, 1, code, "the crashed worker stops the run")
+	assert.Contains(t, errOut, "--resume")
+	before := callRows(t, dir)
+	require.NotEmpty(t, before, "calls finished before the crash are on disk")
+
+	code, _, errOut = runCLI("replay", e2eExperiment, "-o", dir)
+	assert.Equal(t, 1, code, "a second run without --resume refuses to overwrite")
+	assert.Contains(t, errOut, "use --resume")
+
+	code, _, errOut = runCLI("replay", e2eExperiment, "-o", dir, "--resume")
+	require.Equal(t, 0, code, errOut)
+	after := callRows(t, dir)
+	assert.Len(t, summaries(t, dir), 3)
+	// Every call ran exactly once (per policy), and the rows written before the crash are kept.
+	seen := map[[2]string]int{}
+	for _, r := range after {
+		seen[[2]string{r[0], r[2]}]++
+	}
+	for k, n := range seen {
+		assert.Equal(t, 1, n, "policy %s call %s", k[0], k[1])
+	}
+	assert.Equal(t, before, after[:len(before)])
+}
+
+// callRows returns the rows of calls.csv with status done.
+func callRows(t *testing.T, dir string) [][]string {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "calls.csv"))
+	require.NoError(t, err)
+	defer f.Close()
+	recs, err := csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	var out [][]string
+	for _, r := range recs[1:] {
+		if r[len(r)-1] == "done" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
