@@ -5,6 +5,8 @@ export PATH := $(dir $(GO)):$(PATH)
 export CGO_ENABLED := 1
 export CGO_CFLAGS := -I/usr/include/lpsolve -Wno-deprecated-declarations
 export CGO_LDFLAGS := -llpsolve55 -lcolamd -lm
+# The ILP solver (golp) is built only with this tag; without it the planner uses its heuristic.
+export GOFLAGS := $(GOFLAGS) -tags=lpsolve
 MOSAIC_DATA ?= $(abspath ../shared/data)
 export MOSAIC_DATA
 VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)

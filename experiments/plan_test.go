@@ -14,6 +14,7 @@ import (
 
 	"github.com/mosaic-sched/mosaic/experiments"
 	"github.com/mosaic-sched/mosaic/internal/dataset"
+	"github.com/mosaic-sched/mosaic/policies/solver"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
@@ -23,6 +24,9 @@ var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 func TestPaperPlanGolden(t *testing.T) {
 	if _, ok := dataset.File("workloads/moa_questions.csv"); !ok {
 		t.Skipf("shared data not found: set %s to run the paper plan test", dataset.Env)
+	}
+	if !solver.ILPAvailable {
+		t.Skip("built without lp_solve: run through make (go test -tags lpsolve with the Makefile's CGO flags)")
 	}
 	e, err := experiments.Load("paper/mmlu-pro.toml")
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-//go:build cgo
+//go:build cgo && lpsolve
 
 package solver
 
@@ -10,6 +10,10 @@ import (
 
 	"github.com/draffensperger/golp"
 )
+
+// ILPAvailable says whether this build solves the ILP with lp_solve (built with cgo and the
+// lpsolve tag, as the Makefile does); otherwise Solve uses the heuristic, with a warning.
+const ILPAvailable = true
 
 // ilp indexes the columns of the placement ILP (see the package comment).
 type ilp struct {

@@ -1,6 +1,6 @@
 // Package solver places models on workers and splits their calls among replicas so that the
 // last worker finishes as early as possible. It is the only package that talks to lp_solve
-// (through golp, behind the cgo build tag); when lp_solve is missing, times out without a
+// (through golp, behind the cgo and lpsolve build tags, which the Makefile sets); when lp_solve is missing, times out without a
 // solution or fails numerically, Solve falls back to a pure-Go heuristic and says so.
 //
 // The model: a model m with n_m calls served by r replicas splits its calls evenly, so each
@@ -137,8 +137,9 @@ type Plan struct {
 
 // Errors.
 var (
-	// ErrUnavailable means the binary was built without lp_solve (cgo disabled).
-	ErrUnavailable = errors.New("solver: lp_solve is not available in this build")
+	// ErrUnavailable means the binary was built without lp_solve (build with make, or with
+	// cgo, the lpsolve tag and the lp_solve flags of the Makefile).
+	ErrUnavailable = errors.New("solver: lp_solve is not available in this build (build with make, or go build -tags lpsolve with the Makefile's CGO flags)")
 	// ErrNoSolution means the ILP found no solution (infeasible, numerical failure or
 	// time limit before the first solution).
 	ErrNoSolution = errors.New("solver: the ILP found no solution")

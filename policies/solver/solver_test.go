@@ -106,7 +106,17 @@ func maxOf(xs []float64) float64 {
 	return m
 }
 
+// requireILP skips a test that needs lp_solve in a build without it (plain go test; make
+// test builds with it).
+func requireILP(t *testing.T) {
+	t.Helper()
+	if !solver.ILPAvailable {
+		t.Skip("built without lp_solve: run through make (go test -tags lpsolve with the Makefile's CGO flags)")
+	}
+}
+
 func TestILPMatchesBruteForce(t *testing.T) {
+	requireILP(t)
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 25; i++ {
 		p := randomProblem(r, 1+r.IntN(5), 2+r.IntN(3), 40)
@@ -140,6 +150,7 @@ func checkPlan(t *testing.T, p solver.Problem, plan *solver.Plan) {
 
 // The heuristic stays within 1.5x of the LP bound (and is never better than the ILP).
 func TestHeuristicWithinFactorOfBound(t *testing.T) {
+	requireILP(t) // the bound includes the LP relaxation
 	r := rand.New(rand.NewPCG(3, 4))
 	worst := 0.0
 	for i := 0; i < 40; i++ {
@@ -161,6 +172,7 @@ func TestModelThatFitsNoWorker(t *testing.T) {
 }
 
 func TestFitsAndPreloadRespected(t *testing.T) {
+	requireILP(t)
 	p := solver.Problem{Workers: 3, Items: []solver.Item{
 		{Name: "A", Calls: 40, Load: 30, Curve: curve(50, 5, 40), Fits: []bool{true, false, true}},
 		{Name: "B", Calls: 10, Load: 30, Curve: curve(5, 1, 10), Preloaded: []bool{false, true, false}},
