@@ -282,19 +282,17 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 		pcfg := cfg
 		finished := state.done[p.Label]
 		pcfg.Finished = finished
-		pcfg.Done = func(ev policies.Event, c *traces.Call) {
-			if _, old := finished[ev.Call.ID]; old || c == nil {
+		record := func(c policies.CallRecord) {
+			if _, old := finished[c.Call.ID]; old {
 				return // recorded by the interrupted run
 			}
-			status := "done"
-			if ev.Kind == policies.EventFailed {
-				status = "failed"
-				slog.Error("call failed", "policy", p.Label, "err", ev.Err)
+			if c.Status == "failed" {
+				slog.Error("call failed", "policy", p.Label, "err", c.Err)
 			}
-			t := ev.Timing
-			row := traces.CallRow{Policy: p.Label, Query: c.Query, Call: c.ID, Stage: c.Stage, Model: c.Model, Worker: int(ev.Worker),
-				InputTokens: c.InputTokens, OutputTokens: c.OutputTokens, ReadyS: 0, StartS: t.Started.Seconds(),
-				FirstTokenS: t.FirstToken.Seconds(), EndS: t.End.Seconds(), Preemptions: t.Preemptions, Status: status}
+			t := c.Timing
+			row := traces.CallRow{Policy: p.Label, Query: c.Call.Query, Call: c.Call.ID, Stage: c.Call.Stage, Model: c.Call.Model, Worker: int(c.Worker),
+				InputTokens: c.Call.InputTokens, OutputTokens: c.Call.OutputTokens, ReadyS: c.Ready.Seconds(), StartS: t.Started.Seconds(),
+				FirstTokenS: t.FirstToken.Seconds(), EndS: t.End.Seconds(), Preemptions: t.Preemptions, Status: c.Status}
 			if err := calls.write(row.Record()); err != nil {
 				slog.Error("writing calls.csv", "err", err)
 			}
@@ -309,6 +307,7 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 			be.Close()
 			return nil, err
 		}
+		d.CallDone = record
 		slog.Info("replaying", "policy", p.Label, "workers", r.Cluster.Workers, "resumed_calls", len(finished))
 		res, err := d.Run(ctx)
 		be.Close()

@@ -29,6 +29,9 @@ type Driver struct {
 	workers  int
 	// Progress, when set, is called after every finished call with the number done and total.
 	Progress func(done, total int)
+	// CallDone, when set, is called with the record of every call as it finishes (or fails),
+	// from the Driver's goroutine: the hook that writes results as they come.
+	CallDone func(CallRecord)
 
 	k       int
 	calls   []callState // by call ID
@@ -286,6 +289,13 @@ func (d *Driver) finish(ev Event) ([]Event, error) {
 	d.ws[cs.worker].inflight[cs.call.Model]--
 	d.expect[stageModel{cs.call.Stage, cs.call.Model}].remaining--
 	d.done++
+	if d.CallDone != nil {
+		st := "done"
+		if cs.status == callFailed {
+			st = "failed"
+		}
+		d.CallDone(CallRecord{Call: cs.call, Worker: cs.worker, Ready: cs.ready, Timing: cs.timing, Status: st, Err: cs.err})
+	}
 	if d.Progress != nil {
 		d.Progress(d.done, d.total)
 	}

@@ -78,9 +78,6 @@ type Config struct {
 	APIKey string
 	// TimeScale converts real time to the experiment's time (virtual seconds per real second).
 	TimeScale float64
-	// Done, when set, is called from the Driver's goroutine for every call that finished or
-	// failed, as soon as Next returns it: the hook that writes results as they come.
-	Done func(policies.Event, *traces.Call)
 	// Finished, when set, lists calls already done in an interrupted run (resume): their
 	// submissions complete at once with the recorded timing, without a request.
 	Finished map[int]policies.CallTiming
@@ -103,7 +100,6 @@ type Backend struct {
 	servers map[serverKey]*server
 	sems    []chan struct{}
 	dead    error
-	calls   map[int]*traces.Call
 }
 
 type serverKey struct {
@@ -143,7 +139,7 @@ func New(cfg Config) (*Backend, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Backend{cfg: cfg, start: time.Now(), events: make(chan policies.Event, 1024), ctx: ctx, cancel: cancel,
 		hc:      &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024, MaxConnsPerHost: 0}},
-		servers: map[serverKey]*server{}, calls: map[int]*traces.Call{}}
+		servers: map[serverKey]*server{}}
 	for range cfg.Workers {
 		var sem chan struct{}
 		if cfg.MaxConcurrency > 0 {
@@ -209,19 +205,8 @@ func (b *Backend) Next(ctx context.Context) (policies.Event, error) {
 func (b *Backend) deliver(ev policies.Event) policies.Event {
 	b.mu.Lock()
 	b.pending--
-	call := b.calls[callID(ev)]
 	b.mu.Unlock()
-	if (ev.Kind == policies.EventDone || ev.Kind == policies.EventFailed) && ev.Call != nil && b.cfg.Done != nil {
-		b.cfg.Done(ev, call)
-	}
 	return ev
-}
-
-func callID(ev policies.Event) int {
-	if ev.Call == nil {
-		return -1
-	}
-	return ev.Call.ID
 }
 
 // WakeAt implements policies.Backend.
@@ -455,7 +440,6 @@ func (b *Backend) Unload(w policies.WorkerID, model string) error {
 func (b *Backend) Submit(w policies.WorkerID, c *traces.Call) error {
 	b.mu.Lock()
 	srv := b.servers[serverKey{int(w), c.Model}]
-	b.calls[c.ID] = c
 	b.mu.Unlock()
 	if srv == nil {
 		return fmt.Errorf("replay: worker %d does not hold %s", w, c.Model)

@@ -60,13 +60,16 @@ func config(urls ...string) replay.Config {
 
 // run drives round-robin over the backend with one emulator per worker serving both models'
 // names (attach mode: worker w's endpoint serves model Mw).
-func run(t *testing.T, cfg replay.Config, wl *traces.Workload) (*policies.Result, error) {
+func run(t *testing.T, cfg replay.Config, wl *traces.Workload, hooks ...func(*policies.Driver)) (*policies.Result, error) {
 	t.Helper()
 	b, err := replay.New(cfg)
 	require.NoError(t, err)
 	defer b.Close()
 	d, err := policies.NewDriver(b, roundrobin.New("M0"), policies.NeverSkip(), wl, infos(), cfg.Workers)
 	require.NoError(t, err)
+	for _, h := range hooks {
+		h(d)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	return d.Run(ctx)
@@ -75,13 +78,13 @@ func run(t *testing.T, cfg replay.Config, wl *traces.Workload) (*policies.Result
 func TestAttachRunsEveryCallOnce(t *testing.T) {
 	e0, e1 := emulator(t, "M0", emulate.Faults{}), emulator(t, "M1", emulate.Faults{})
 	var done []int
-	cfg := config(e0.URL(), e1.URL())
-	cfg.Done = func(ev policies.Event, c *traces.Call) { done = append(done, c.ID) }
 	wl := workload(12)
-	res, err := run(t, cfg, wl)
+	res, err := run(t, config(e0.URL(), e1.URL()), wl, func(d *policies.Driver) {
+		d.CallDone = func(c policies.CallRecord) { done = append(done, c.Call.ID) }
+	})
 	require.NoError(t, err)
 	assert.Len(t, res.Calls, 36)
-	assert.Len(t, done, 36, "the Done hook sees every call as it completes")
+	assert.Len(t, done, 36, "the CallDone hook sees every call as it completes")
 	for _, c := range res.Calls {
 		assert.Equal(t, "done", c.Status)
 		assert.Equal(t, policies.WorkerID(map[string]int{"M0": 0, "M1": 1}[c.Call.Model]), c.Worker)
