@@ -2,14 +2,18 @@ package experiments
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/csv"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -65,7 +69,29 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 		if ep.URL == "" {
 			return cfg, e.errorf(key+".url", "missing")
 		}
+		u, err := url.Parse(ep.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return cfg, e.errorf(key+".url", "%q is not an http(s) URL such as http://127.0.0.1:8000", ep.URL)
+		}
+		if p := u.Port(); p != "" {
+			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+				return cfg, e.errorf(key+".url", "%q has an invalid port", ep.URL)
+			}
+		}
 		cfg.Endpoints = append(cfg.Endpoints, replay.Endpoint{Worker: ep.Worker, Model: ep.Model, URL: ep.URL})
+	}
+	if len(cfg.Endpoints) > 0 {
+		// Every worker needs a server for every model a policy may load there.
+		for w := 0; w < r.Cluster.Workers; w++ {
+			for _, m := range r.Models {
+				if !covered(cfg.Endpoints, w, m.Name) {
+					return cfg, e.errorf("replay.endpoint", "no endpoint serves model %s on worker %d: list one with worker = %d (and model = %q, or no model for all of the worker's models)", m.Name, w, w, m.Name)
+				}
+			}
+		}
+		if rp.HealthTimeout == 0 {
+			cfg.HealthTimeout = time.Minute // attached servers are already up
+		}
 	}
 	if len(rp.GPUs) > 0 && len(rp.GPUs) != r.Cluster.Workers {
 		return cfg, e.errorf("replay.gpus", "lists %d devices for %d workers", len(rp.GPUs), r.Cluster.Workers)
@@ -103,6 +129,15 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 	return cfg, nil
 }
 
+func covered(eps []replay.Endpoint, w int, model string) bool {
+	for _, ep := range eps {
+		if ep.Worker == w && (ep.Model == "" || ep.Model == model) {
+			return true
+		}
+	}
+	return false
+}
+
 // ValidateReplay checks the experiment's [replay] table.
 func (r *Resolved) ValidateReplay() error {
 	_, err := r.replayConfig()
@@ -113,11 +148,11 @@ func (r *Resolved) ValidateReplay() error {
 type resumeState struct {
 	summaries map[string]traces.SummaryRow // completed policies
 	done      map[string]map[int]policies.CallTiming
-	failed    map[string]map[int]bool
+	offset    map[string]time.Duration // when the interrupted policy's last recorded call ended
 }
 
 func readResume(dir string, r *Resolved) (*resumeState, error) {
-	st := &resumeState{summaries: map[string]traces.SummaryRow{}, done: map[string]map[int]policies.CallTiming{}, failed: map[string]map[int]bool{}}
+	st := &resumeState{summaries: map[string]traces.SummaryRow{}, done: map[string]map[int]policies.CallTiming{}, offset: map[string]time.Duration{}}
 	data, err := os.ReadFile(filepath.Join(dir, "run.json"))
 	if err != nil {
 		return nil, fmt.Errorf("--resume: %w (nothing to resume in %s)", err, dir)
@@ -129,46 +164,67 @@ func readResume(dir string, r *Resolved) (*resumeState, error) {
 	if info.Mode != "replay" || info.Seed != r.Seed || info.Experiment == nil || info.Experiment.Name != r.Name {
 		return nil, fmt.Errorf("--resume: %s holds a %s run of %q (seed %d), not a replay of %q (seed %d)", dir, info.Mode, nameOf(info.Experiment), info.Seed, r.Name, r.Seed)
 	}
+	if fp := r.fingerprint(); info.Fingerprint != fp {
+		return nil, fmt.Errorf("--resume: the experiment differs from the one %s was started with (the workload, models, cluster or policies changed): resume with the same file and overrides, or start a new folder", dir)
+	}
 	if rows, err := traces.ReadSummaryCSV(filepath.Join(dir, "summary.csv")); err == nil {
 		for _, row := range rows {
 			st.summaries[row.Policy] = row
 		}
 	}
-	f, err := os.Open(filepath.Join(dir, "calls.csv"))
+	path := filepath.Join(dir, "calls.csv")
+	data, err = os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return st, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
+	cr := csv.NewReader(strings.NewReader(string(data)))
+	cr.FieldsPerRecord = -1
+	recs, err := cr.ReadAll()
 	if err != nil {
-		return nil, fmt.Errorf("--resume: %s/calls.csv: %w", dir, err)
+		return nil, fmt.Errorf("--resume: %s: %w", path, err)
 	}
+	var keep [][]string
 	col := map[string]int{}
 	if len(recs) > 0 {
 		for i, h := range recs[0] {
 			col[h] = i
 		}
+		keep = append(keep, recs[0])
 	}
 	sec := func(s string) time.Duration { f, _ := strconv.ParseFloat(s, 64); return time.Duration(f * 1e9) }
-	for _, rec := range recs[min(1, len(recs)):] {
-		pol := rec[col["policy"]]
-		id, err := strconv.Atoi(rec[col["call"]])
-		if err != nil {
+	for i, rec := range recs[min(1, len(recs)):] {
+		if len(rec) != len(traces.CallHeader) {
+			slog.Warn("--resume: dropping a torn line of calls.csv (the interrupted run died while writing it)", "line", i+2)
 			continue
 		}
-		if rec[col["status"]] != "done" {
+		keep = append(keep, rec)
+		pol := rec[col["policy"]]
+		id, err := strconv.Atoi(rec[col["call"]])
+		if err != nil || rec[col["status"]] != "done" {
 			continue
 		}
 		if st.done[pol] == nil {
 			st.done[pol] = map[int]policies.CallTiming{}
 		}
 		pre, _ := strconv.Atoi(rec[col["preemptions"]])
-		st.done[pol][id] = policies.CallTiming{Started: sec(rec[col["start_s"]]), FirstToken: sec(rec[col["first_token_s"]]), End: sec(rec[col["end_s"]]), Preemptions: pre}
+		t := policies.CallTiming{Started: sec(rec[col["start_s"]]), FirstToken: sec(rec[col["first_token_s"]]), End: sec(rec[col["end_s"]]), Preemptions: pre}
+		st.done[pol][id] = t
+		st.offset[pol] = max(st.offset[pol], t.End)
 	}
-	return st, nil
+	// Rewrite the file without torn lines, so that appending continues a well-formed file.
+	var b strings.Builder
+	w := csv.NewWriter(&b)
+	if err := w.WriteAll(keep); err != nil {
+		return nil, err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		return nil, err
+	}
+	return st, os.Rename(tmp, path)
 }
 
 func nameOf(e *Experiment) string {
@@ -231,7 +287,7 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 	if err := os.MkdirAll(opt.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	state := &resumeState{summaries: map[string]traces.SummaryRow{}, done: map[string]map[int]policies.CallTiming{}}
+	state := &resumeState{summaries: map[string]traces.SummaryRow{}, done: map[string]map[int]policies.CallTiming{}, offset: map[string]time.Duration{}}
 	if opt.Resume {
 		if state, err = readResume(opt.Dir, r); err != nil {
 			return nil, err
@@ -242,11 +298,14 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 	cfg.LogDir = filepath.Join(opt.Dir, "logs")
 	info := opt.Info
 	info.Mode, info.Experiment, info.File, info.Seed, info.Profile = "replay", r.Experiment, r.File(), r.Seed, r.Profile.Source
+	info.Fingerprint = r.fingerprint()
 	for _, p := range m.Policies {
 		info.Policies = append(info.Policies, p.Label)
 	}
-	if err := writeJSON(filepath.Join(opt.Dir, "run.json"), info); err != nil {
-		return nil, err
+	if !opt.Resume {
+		if err := writeJSON(filepath.Join(opt.Dir, "run.json"), info); err != nil {
+			return nil, err
+		}
 	}
 	calls, err := openAppender(filepath.Join(opt.Dir, "calls.csv"), traces.CallHeader)
 	if err != nil {
@@ -282,6 +341,13 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 		pcfg := cfg
 		finished := state.done[p.Label]
 		pcfg.Finished = finished
+		if len(finished) > 0 {
+			// The resumed run's clock continues where the interrupted one's last recorded call
+			// ended; the calls in flight then are served again.
+			pcfg.TimeOffset = state.offset[p.Label]
+			slog.Warn("resuming an interrupted policy: its makespan spans two runs (the calls in flight at the interruption are served again)",
+				"policy", p.Label, "calls_done_before", len(finished), "clock_resumes_at_s", pcfg.TimeOffset.Seconds())
+		}
 		record := func(c policies.CallRecord) {
 			if _, old := finished[c.Call.ID]; old {
 				return // recorded by the interrupted run
@@ -380,4 +446,18 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(data, '\n'), 0o644)
+}
+
+// fingerprint identifies the experiment as resolved (file, overrides and seed included, the
+// [replay] table excluded: the servers may change between an interrupted run and its
+// resumption), so that --resume refuses to mix results of different experiments.
+func (r *Resolved) fingerprint() string {
+	e := *r.Experiment
+	e.Replay = Replay{}
+	data, _ := json.Marshal(struct {
+		E *Experiment
+		W *traces.Workload
+	}{&e, r.MoA.Workload})
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:8])
 }

@@ -169,6 +169,8 @@ type RunInfo struct {
 	Commit     string      `json:"commit"`
 	Profile    string      `json:"profile"`
 	Policies   []string    `json:"policies"`
+	// Fingerprint identifies the resolved experiment (replay's --resume checks it).
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // HostInfo is host.json: where and how long the run took.

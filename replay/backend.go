@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,6 +79,9 @@ type Config struct {
 	APIKey string
 	// TimeScale converts real time to the experiment's time (virtual seconds per real second).
 	TimeScale float64
+	// TimeOffset starts the clock later (a resumed run continues where the interrupted one's
+	// last finished call ended).
+	TimeOffset time.Duration
 	// Finished, when set, lists calls already done in an interrupted run (resume): their
 	// submissions complete at once with the recorded timing, without a request.
 	Finished map[int]policies.CallTiming
@@ -95,6 +99,7 @@ type Backend struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	wg      sync.WaitGroup // goroutines that start or stop servers
 	mu      sync.Mutex
 	pending int
 	servers map[serverKey]*server
@@ -154,7 +159,7 @@ func New(cfg Config) (*Backend, error) {
 func (b *Backend) Now() time.Duration { return b.virtual(time.Now()) }
 
 func (b *Backend) virtual(t time.Time) time.Duration {
-	return time.Duration(float64(t.Sub(b.start)) * b.cfg.TimeScale)
+	return b.cfg.TimeOffset + time.Duration(float64(t.Sub(b.start))*b.cfg.TimeScale)
 }
 
 func (b *Backend) real(d time.Duration) time.Duration {
@@ -247,20 +252,24 @@ func (b *Backend) Load(w policies.WorkerID, model string) error {
 		return fmt.Errorf("replay: unknown model %q", model)
 	}
 	b.begin()
+	b.wg.Add(1)
 	go func() {
+		defer b.wg.Done()
 		srv, err := b.bring(int(w), m)
+		ev := policies.Event{Kind: policies.EventLoaded, Worker: w, Model: model}
+		b.mu.Lock()
 		if b.ctx.Err() != nil {
+			b.mu.Unlock()
 			stop(srv) // the backend is closing: the load no longer matters
 			return
 		}
-		ev := policies.Event{Kind: policies.EventLoaded, Worker: w, Model: model}
+		if err == nil {
+			b.servers[serverKey{int(w), model}] = srv
+		}
+		b.mu.Unlock()
 		if err != nil {
 			ev.Kind, ev.Err = policies.EventFailed, err
 			slog.Error("model load failed", "worker", w, "model", model, "err", err)
-		} else {
-			b.mu.Lock()
-			b.servers[serverKey{int(w), model}] = srv
-			b.mu.Unlock()
 		}
 		ev.At = b.Now()
 		b.emit(ev)
@@ -295,12 +304,21 @@ func (b *Backend) bring(w int, m Model) (*server, error) {
 func (b *Backend) waitHealthy(ctx context.Context, url string, exited chan struct{}) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
+	start := time.Now()
+	last := start
 	for {
+		if time.Since(last) > 15*time.Second {
+			last = time.Now()
+			slog.Info("waiting for the server to become healthy", "url", url, "waited", time.Since(start).Round(time.Second), "timeout", b.cfg.HealthTimeout)
+		}
 		if healthy(ctx, b.hc, url) {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
+			if b.ctx.Err() != nil {
+				return b.ctx.Err()
+			}
 			return fmt.Errorf("%s did not answer GET /health with 200 within %v", url, b.cfg.HealthTimeout)
 		case <-exited:
 			return fmt.Errorf("the server for %s exited before it was healthy", url)
@@ -352,7 +370,9 @@ func (b *Backend) launch(ctx context.Context, w int, m Model) (*server, error) {
 	for k, v := range b.cfg.Env {
 		cmd.Env = append(cmd.Env, k+"="+Expand(v, vars))
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group (a terminal's hang-up does not reach it, and stop ends the whole
+	// group), and killed with mosaic if mosaic dies without stopping it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	srv := &server{url: "http://127.0.0.1:" + strconv.Itoa(port), cmd: cmd, exit: make(chan struct{})}
 	if b.cfg.LogDir != "" {
 		if err := os.MkdirAll(b.cfg.LogDir, 0o755); err != nil {
@@ -366,14 +386,23 @@ func (b *Backend) launch(ctx context.Context, w int, m Model) (*server, error) {
 		srv.log = f
 		cmd.Stdout, cmd.Stderr = f, f
 	}
-	if err := cmd.Start(); err != nil {
-		if srv.log != nil {
-			srv.log.Close()
-		}
-		return nil, fmt.Errorf("starting %q: %w", args[0], err)
-	}
-	slog.Info("server launched", "worker", w, "model", m.Name, "pid", cmd.Process.Pid, "url", srv.url)
+	started := make(chan error, 1)
+	b.wg.Add(1)
 	go func() {
+		defer b.wg.Done()
+		// Pdeathsig fires when the thread that started the child exits: keep this goroutine on
+		// its thread until the child is gone.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			close(srv.exit)
+			if srv.log != nil {
+				srv.log.Close()
+			}
+			started <- fmt.Errorf("starting %q: %w", args[0], err)
+			return
+		}
+		started <- nil
 		err := cmd.Wait()
 		close(srv.exit)
 		if srv.log != nil {
@@ -386,6 +415,10 @@ func (b *Backend) launch(ctx context.Context, w int, m Model) (*server, error) {
 			b.markDead(fmt.Errorf("worker %d: the server of %s (%s) exited: %v", w, m.Name, srv.url, err))
 		}
 	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	slog.Info("server launched", "worker", w, "model", m.Name, "pid", cmd.Process.Pid, "url", srv.url)
 	if err := b.waitHealthy(ctx, srv.url, srv.exit); err != nil {
 		stop(srv)
 		return nil, err
@@ -429,7 +462,9 @@ func (b *Backend) Unload(w policies.WorkerID, model string) error {
 		return fmt.Errorf("replay: worker %d does not hold %s", w, model)
 	}
 	b.begin()
+	b.wg.Add(1)
 	go func() {
+		defer b.wg.Done()
 		stop(srv)
 		b.emit(policies.Event{Kind: policies.EventUnloaded, At: b.Now(), Worker: w, Model: model})
 	}()
@@ -497,18 +532,30 @@ func (b *Backend) call(srv *server, w int, c *traces.Call) policies.Event {
 			break
 		}
 	}
+	dead := false
 	select {
 	case <-srv.exit:
-		b.markDead(fmt.Errorf("worker %d: the server of %s (%s) is gone: %v", w, c.Model, srv.url, err))
+		dead = true
 	default:
+		// An attached server: dead when it no longer answers /health.
+		if srv.cmd == nil {
+			hctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+			dead = !healthy(hctx, b.hc, srv.url)
+			cancel()
+		}
+	}
+	if dead && b.ctx.Err() == nil {
+		b.markDead(fmt.Errorf("worker %d: the server of %s (%s) is gone: %v", w, c.Model, srv.url, err))
 	}
 	return policies.Event{Kind: policies.EventFailed, At: b.Now(), Worker: policies.WorkerID(w), Model: c.Model,
 		Err: fmt.Errorf("call %d (query %d, %s) on worker %d (%s): %w", c.ID, c.Query, c.Model, w, srv.url, err)}
 }
 
-// Close stops every launched server and abandons what is in flight.
+// Close stops every launched server (waiting for them to exit) and abandons what is in flight.
 func (b *Backend) Close() {
+	b.mu.Lock()
 	b.cancel()
+	b.mu.Unlock()
 	b.mu.Lock()
 	srvs := make([]*server, 0, len(b.servers))
 	for _, s := range b.servers {
@@ -522,4 +569,5 @@ func (b *Backend) Close() {
 		go func() { defer wg.Done(); stop(s) }()
 	}
 	wg.Wait()
+	b.wg.Wait()
 }
