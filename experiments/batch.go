@@ -26,8 +26,8 @@ func (r *Resolved) RunBatch() (*BatchReport, error) {
 	if b == nil {
 		return nil, fmt.Errorf("%s: not a batch workload", r.File())
 	}
-	lengths := sim.Stream(r.Seed, "lengths")
-	arrivals := sim.Stream(r.Seed, "arrivals")
+	lengths := sim.Stream(uint64(r.Seed), "lengths")
+	arrivals := sim.Stream(uint64(r.Seed), "arrivals")
 	reqs := make([]sim.Arrival, b.Requests)
 	var t float64
 	for i := range reqs {

@@ -29,7 +29,7 @@ const QuickstartName = "experiments/quickstart.toml"
 // Experiment is the decoded experiment file.
 type Experiment struct {
 	Name     string   `toml:"name"`
-	Seed     uint64   `toml:"seed"`
+	Seed     int64    `toml:"seed"`
 	Cluster  Cluster  `toml:"cluster"`
 	Engine   Engine   `toml:"engine"`
 	Models   []Model  `toml:"model"`
@@ -43,6 +43,8 @@ type Experiment struct {
 
 	file *tomlx.File
 	dir  string // directory of the file, for relative paths
+	// overrides are the keys set on the command line (--set, --sweep, --seed).
+	overrides map[string]bool
 }
 
 // Cluster is the hardware.
@@ -247,9 +249,21 @@ func Parse(name string, data []byte) (*Experiment, error) {
 	return &e, nil
 }
 
-// errorf returns an error located at key.
+// errorf returns an error located at key: its line in the file, or the command-line override
+// that set it.
 func (e *Experiment) errorf(key, format string, args ...any) error {
+	for k := range e.overrides {
+		if k == key || strings.HasPrefix(k, key+".") || strings.HasPrefix(key, k+".") {
+			return fmt.Errorf("--set %s: %s", k, fmt.Sprintf(format, args...))
+		}
+	}
 	return e.file.Errorf(key, format, args...)
+}
+
+// has reports whether key is given in the file or on the command line (so that an explicit
+// zero is an error, not a default).
+func (e *Experiment) has(key string) bool {
+	return e.overrides[key] || e.file.Has(key)
 }
 
 // path resolves a path given in the file relative to the file's directory.

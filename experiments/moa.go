@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/mosaic-sched/mosaic/internal/dataset"
@@ -55,6 +56,9 @@ func (r *Resolved) resolveMoA() error {
 	e := r.Experiment
 	w := e.Workload
 	m := &MoAWorkload{}
+	if err := e.checkWorkloadNumbers(); err != nil {
+		return err
+	}
 	switch {
 	case w.Trace != "" && w.Answers != "":
 		return e.errorf("workload.answers", "give either a trace or an answer file, not both")
@@ -101,6 +105,10 @@ func (r *Resolved) importAnswers(m *MoAWorkload) error {
 	}
 	spec := traces.AnswerImport{Name: e.Name, Dataset: w.Dataset, Queries: w.Queries, PromptTokens: prompt,
 		TemplateTokens: w.TemplateTokens, Options: w.Votes.Options}
+	columns, err := traces.ListAnswerModels(path)
+	if err != nil {
+		return e.errorf("workload.answers", "%v", err)
+	}
 	for _, name := range w.Experts {
 		rm, ok := r.Model(name)
 		if !ok {
@@ -111,6 +119,9 @@ func (r *Resolved) importAnswers(m *MoAWorkload) error {
 		if col == "" {
 			return e.errorf(modelKey(idx, "answers_column"), "missing: name the column of %q in %s", name, path)
 		}
+		if !slices.Contains(columns, col) {
+			return e.errorf(modelKey(idx, "answers_column"), "%s has no answers of %q (it has: %s)", path, col, strings.Join(columns, ", "))
+		}
 		if rm.Output == nil {
 			return e.errorf(modelKey(idx, "output_tokens"), "missing: expert %q needs an output-length distribution", name)
 		}
@@ -119,7 +130,7 @@ func (r *Resolved) importAnswers(m *MoAWorkload) error {
 	if err := r.aggregatorSpec(&spec.Aggregator, m); err != nil {
 		return err
 	}
-	wl, err := traces.ImportAnswers(path, spec, e.Seed)
+	wl, err := traces.ImportAnswers(path, spec, uint64(e.Seed))
 	if err != nil {
 		return e.errorf("workload.answers", "%v", err)
 	}
@@ -197,6 +208,42 @@ func (r *Resolved) loadTrace(m *MoAWorkload) error {
 		}
 	}
 	m.Workload = wl
+	return nil
+}
+
+// checkWorkloadNumbers rejects out-of-range workload settings, naming their keys.
+func (e *Experiment) checkWorkloadNumbers() error {
+	w := e.Workload
+	for _, c := range []struct {
+		key    string
+		v      float64
+		lo, hi float64
+	}{
+		{"workload.routing.skew", w.Routing.Skew, 0, 1e9},
+		{"workload.routing.skill_spread", w.Routing.SkillSpread, 0, 10},
+		{"workload.votes.error_correlation", w.Votes.ErrorCorrelation, 0, 1},
+		{"workload.votes.difficulty", w.Votes.Difficulty, 0, 3},
+		{"workload.votes.unanimous", w.Votes.Unanimous, 0, 1},
+		{"workload.votes.majority", w.Votes.Majority, 0, 1},
+		{"workload.template_tokens", float64(w.TemplateTokens), 0, 1e6},
+		{"workload.tokens_per_word", w.TokensPerWord, 0, 100},
+		{"workload.aggregator.template_tokens", float64(w.Aggregator.TemplateTokens), 0, 1e6},
+		{"workload.aggregator.disagreement_scale", w.Aggregator.DisagreementScale, 0, 100},
+		{"workload.aggregator.keep_majority", w.Aggregator.KeepMajority, 0, 1},
+		{"workload.arrival_rate", w.ArrivalRate, 0, 1e9},
+	} {
+		if !(c.v >= c.lo && c.v <= c.hi) {
+			return e.errorf(c.key, "must be in [%g, %g], got %g", c.lo, c.hi, c.v)
+		}
+	}
+	if o := w.Votes.Options; o != 0 || e.has("workload.votes.options") {
+		if o < 2 || o > traces.MaxOptions {
+			return e.errorf("workload.votes.options", "must be in [2, %d] answer letters, got %d", traces.MaxOptions, o)
+		}
+	}
+	if a := w.Aggregator.Accuracy; a != nil && (*a < 0 || *a > 1) {
+		return e.errorf("workload.aggregator.accuracy", "must be in [0, 1], got %g", *a)
+	}
 	return nil
 }
 
@@ -282,7 +329,7 @@ func (r *Resolved) genSpec(m *MoAWorkload) error {
 	if err := spec.Validate(); err != nil {
 		return e.errorf("workload", "%v", err)
 	}
-	wl, err := traces.Generate(*spec, e.Seed)
+	wl, err := traces.Generate(*spec, uint64(e.Seed))
 	if err != nil {
 		return e.errorf("workload", "%v", err)
 	}

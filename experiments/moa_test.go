@@ -217,3 +217,29 @@ name = "I2"`, 1)
 	assert.ErrorContains(t, err, `model[1].output_tokens: `)
 	assert.ErrorContains(t, err, `no column "Generated"`)
 }
+
+// Explicit zeros, negatives and out-of-range numbers are errors naming their key, never
+// silent defaults; values set on the command line are blamed on the override.
+func TestNoSilentDefaults(t *testing.T) {
+	for _, tc := range []struct{ name, from, to, want string }{
+		{"zero workers", "workers = 2", "workers = 0", "exp.toml:6: cluster.workers: must be positive, got 0"},
+		{"negative seed", "seed = 11", "seed = -1", "exp.toml:2: seed: must not be negative, got -1"},
+		{"zero max_num_seqs", "workers = 2", "workers = 2\n[engine]\nmax_num_seqs = 0", "exp.toml:8: engine.max_num_seqs: must be positive, got 0"},
+		{"negative skew", "routing = { skew = 4 }", "routing = { skew = -1 }", "exp.toml:32: workload.routing.skew: must be in [0, 1e+09], got -1"},
+		{"one option", "votes = { options = 4,", "votes = { options = 1,", "exp.toml:33: workload.votes.options: must be in [2, 26]"},
+		{"negative template", "experts_per_query = 2", "experts_per_query = 2\ntemplate_tokens = -5", "exp.toml:32: workload.template_tokens: must be in [0, 1e+06], got -5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Contains(t, moa, tc.from)
+			_, err := resolve(t, strings.Replace(moa, tc.from, tc.to, 1))
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	e, err := experiments.Parse("exp.toml", []byte(moa))
+	require.NoError(t, err)
+	require.NoError(t, e.Set("workload.queries=-3"))
+	_, err = e.Resolve()
+	assert.EqualError(t, err, "--set workload.queries: must be positive without a question list, got -3")
+	assert.ErrorContains(t, e.Set("model.arch=x"), `"model" is a list: name an element, e.g. model[0]`)
+}

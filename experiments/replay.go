@@ -161,7 +161,7 @@ func readResume(dir string, r *Resolved) (*resumeState, error) {
 	if err := json.Unmarshal(data, &info); err != nil {
 		return nil, fmt.Errorf("--resume: %s/run.json: %w", dir, err)
 	}
-	if info.Mode != "replay" || info.Seed != r.Seed || info.Experiment == nil || info.Experiment.Name != r.Name {
+	if info.Mode != "replay" || info.Seed != uint64(r.Seed) || info.Experiment == nil || info.Experiment.Name != r.Name {
 		return nil, fmt.Errorf("--resume: %s holds a %s run of %q (seed %d), not a replay of %q (seed %d)", dir, info.Mode, nameOf(info.Experiment), info.Seed, r.Name, r.Seed)
 	}
 	if fp := r.fingerprint(); info.Fingerprint != fp {
@@ -297,7 +297,7 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 	}
 	cfg.LogDir = filepath.Join(opt.Dir, "logs")
 	info := opt.Info
-	info.Mode, info.Experiment, info.File, info.Seed, info.Profile = "replay", r.Experiment, r.File(), r.Seed, r.Profile.Source
+	info.Mode, info.Experiment, info.File, info.Seed, info.Profile = "replay", r.Experiment, r.File(), uint64(r.Seed), r.Profile.Source
 	info.Fingerprint = r.fingerprint()
 	for _, p := range m.Policies {
 		info.Policies = append(info.Policies, p.Label)
@@ -389,7 +389,7 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 		}
 		run.Results = append(run.Results, res)
 		run.Policies = append(run.Policies, pol)
-		rows = append(rows, Summarize(r.Name, "replay", r.Seed, []*policies.Result{res})...)
+		rows = append(rows, Summarize(r.Name, "replay", uint64(r.Seed), []*policies.Result{res})...)
 		rebase(rows)
 		if err := writeSummary(opt.Dir, rows); err != nil {
 			return nil, err

@@ -85,10 +85,13 @@ func (e *Experiment) Resolve() (*Resolved, error) {
 		return nil, e.errorf("cluster.gpu", "%v", err)
 	}
 	r.GPU = g
-	if e.Cluster.Workers == 0 {
+	if e.Seed < 0 {
+		return nil, e.errorf("seed", "must not be negative, got %d", e.Seed)
+	}
+	if e.Cluster.Workers == 0 && !e.has("cluster.workers") {
 		e.Cluster.Workers = 1
 	}
-	if e.Cluster.Workers < 0 {
+	if e.Cluster.Workers <= 0 {
 		return nil, e.errorf("cluster.workers", "must be positive, got %d", e.Cluster.Workers)
 	}
 	eng, err := e.engineDefaults()
@@ -118,7 +121,7 @@ func (e *Experiment) Resolve() (*Resolved, error) {
 			return nil, e.errorf("cluster.profile", "%v", err)
 		}
 		util := eng.util
-		if m.GPUMemoryUtilization != 0 {
+		if m.GPUMemoryUtilization != 0 || e.has(modelKey(i, "gpu_memory_utilization")) {
 			if !(m.GPUMemoryUtilization > 0 && m.GPUMemoryUtilization <= 1) {
 				return nil, e.errorf(modelKey(i, "gpu_memory_utilization"), "must be in (0, 1], got %g", m.GPUMemoryUtilization)
 			}
@@ -178,14 +181,14 @@ func (e *Experiment) engineDefaults() (engineSettings, error) {
 		ChunkedPrefill: true, BlockSize: DefaultBlockSize,
 	}, util: DefaultUtilization}
 	en := e.Engine
-	if en.MaxNumSeqs != 0 {
-		if en.MaxNumSeqs < 0 {
+	if en.MaxNumSeqs != 0 || e.has("engine.max_num_seqs") {
+		if en.MaxNumSeqs <= 0 {
 			return s, e.errorf("engine.max_num_seqs", "must be positive, got %d", en.MaxNumSeqs)
 		}
 		s.MaxNumSeqs = en.MaxNumSeqs
 	}
-	if en.MaxBatchedTokens != 0 {
-		if en.MaxBatchedTokens < 0 {
+	if en.MaxBatchedTokens != 0 || e.has("engine.max_batched_tokens") {
+		if en.MaxBatchedTokens <= 0 {
 			return s, e.errorf("engine.max_batched_tokens", "must be positive, got %d", en.MaxBatchedTokens)
 		}
 		s.MaxBatchedTokens = en.MaxBatchedTokens
@@ -196,14 +199,14 @@ func (e *Experiment) engineDefaults() (engineSettings, error) {
 	if en.ChunkedPrefill != nil {
 		s.ChunkedPrefill = *en.ChunkedPrefill
 	}
-	if en.GPUMemoryUtilization != 0 {
+	if en.GPUMemoryUtilization != 0 || e.has("engine.gpu_memory_utilization") {
 		if !(en.GPUMemoryUtilization > 0 && en.GPUMemoryUtilization <= 1) {
 			return s, e.errorf("engine.gpu_memory_utilization", "must be in (0, 1], got %g", en.GPUMemoryUtilization)
 		}
 		s.util = en.GPUMemoryUtilization
 	}
-	if en.BlockSize != 0 {
-		if en.BlockSize < 0 || en.BlockSize > 256 {
+	if en.BlockSize != 0 || e.has("engine.block_size") {
+		if en.BlockSize <= 0 || en.BlockSize > 256 {
 			return s, e.errorf("engine.block_size", "must be in [1, 256], got %d", en.BlockSize)
 		}
 		s.BlockSize = en.BlockSize

@@ -96,7 +96,7 @@ func (r *Resolved) Simulate(ctx context.Context, progress Progress) (*Run, error
 		}
 	}
 	run := &Run{Experiment: r, Mode: "sim", Results: results, Policies: pols}
-	run.Summaries = Summarize(r.Name, run.Mode, r.Seed, results)
+	run.Summaries = Summarize(r.Name, run.Mode, uint64(r.Seed), results)
 	return run, nil
 }
 
@@ -212,7 +212,7 @@ func (run *Run) WriteDir(dir string, info RunInfo, host HostInfo) error {
 	info.Mode = run.Mode
 	info.Experiment = run.Experiment.Experiment
 	info.File = run.Experiment.File()
-	info.Seed = run.Experiment.Seed
+	info.Seed = uint64(run.Experiment.Seed)
 	info.Profile = run.Experiment.Profile.Source
 	steps := []struct {
 		name string

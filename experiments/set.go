@@ -21,6 +21,7 @@ func (e *Experiment) Set(assignment string) error {
 		return fmt.Errorf("--set %q: want key=value", assignment)
 	}
 	v := reflect.ValueOf(e).Elem()
+	prevSeg := ""
 	for _, seg := range strings.Split(key, ".") {
 		m := segmentRE.FindStringSubmatch(seg)
 		if m == nil {
@@ -31,6 +32,9 @@ func (e *Experiment) Set(assignment string) error {
 				v.Set(reflect.New(v.Type().Elem()))
 			}
 			v = v.Elem()
+		}
+		if v.Kind() == reflect.Slice {
+			return fmt.Errorf("--set %s: %q is a list: name an element, e.g. %s[0]", key, prevSeg, prevSeg)
 		}
 		if v.Kind() != reflect.Struct {
 			return fmt.Errorf("--set %s: %q is not a table", key, seg)
@@ -50,10 +54,18 @@ func (e *Experiment) Set(assignment string) error {
 			}
 			v = v.Index(i)
 		}
+		prevSeg = m[1]
+	}
+	if v.Kind() == reflect.Slice {
+		return fmt.Errorf("--set %s: %q is a list: name an element, e.g. %s[0]", key, prevSeg, prevSeg)
 	}
 	if err := setScalar(v, strings.TrimSpace(value)); err != nil {
 		return fmt.Errorf("--set %s: %w", key, err)
 	}
+	if e.overrides == nil {
+		e.overrides = map[string]bool{}
+	}
+	e.overrides[key] = true
 	return nil
 }
 

@@ -44,6 +44,9 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	if *data == "" {
 		return fmt.Errorf("%w: --data FILE is required", errUsage)
 	}
+	if *gpus < 1 {
+		return fmt.Errorf("%w: --gpus must be at least 1, got %d", errUsage, *gpus)
+	}
 	cat := sim.DefaultCatalog()
 	if *catalog != "" {
 		if err := cat.AddFile(*catalog); err != nil {

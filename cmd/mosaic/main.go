@@ -25,6 +25,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -125,9 +126,26 @@ func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 // experimentFlags registers the flags every command that reads an experiment takes.
-func experimentFlags(fs *flag.FlagSet) (seed *int64, sets *multiFlag) {
-	seed = fs.Int64("seed", -1, "override the experiment's seed")
+func experimentFlags(fs *flag.FlagSet) (seed *seedFlag, sets *multiFlag) {
+	seed = &seedFlag{}
+	fs.Var(seed, "seed", "override the experiment's seed (a non-negative integer)")
 	sets = &multiFlag{}
 	fs.Var(sets, "set", "override a key of the experiment, key=value (repeatable)")
 	return seed, sets
+}
+
+// seedFlag is --seed: a non-negative integer, remembered only when given.
+type seedFlag struct {
+	value string
+}
+
+func (s *seedFlag) String() string { return s.value }
+
+func (s *seedFlag) Set(v string) error {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return fmt.Errorf("want a non-negative integer, got %q", v)
+	}
+	s.value = v
+	return nil
 }

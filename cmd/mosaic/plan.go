@@ -24,7 +24,7 @@ func runPlan(args []string, stdout io.Writer) error {
 	if len(pos) != 1 {
 		return fmt.Errorf("%w: want one experiment file", errUsage)
 	}
-	exp, err := loadExperiment(pos, *seed, *sets)
+	exp, err := loadExperiment(pos, seed.value, *sets)
 	if err != nil {
 		return err
 	}

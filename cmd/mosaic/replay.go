@@ -36,7 +36,7 @@ func runReplay(args []string, stdout io.Writer) error {
 	if *outDir == "" {
 		return fmt.Errorf("%w: -o DIR is required (results are written as calls complete)", errUsage)
 	}
-	exp, err := loadExperiment(pos, *seed, *sets)
+	exp, err := loadExperiment(pos, seed.value, *sets)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,9 +34,9 @@ func runSim(args []string, stdout io.Writer) error {
 		return err
 	}
 	if len(sweeps) > 0 || *shardFlag != "" {
-		return runSweep(pos, *seed, *sets, sweeps, *shardFlag, *outDir, stdout)
+		return runSweep(pos, seed.value, *sets, sweeps, *shardFlag, *outDir, stdout)
 	}
-	exp, err := loadExperiment(pos, *seed, *sets)
+	exp, err := loadExperiment(pos, seed.value, *sets)
 	if err != nil {
 		return err
 	}
@@ -79,7 +80,7 @@ func runSim(args []string, stdout io.Writer) error {
 }
 
 // runSweep runs a grid of variants of the experiment (or a shard of it).
-func runSweep(pos []string, seed int64, sets, sweeps []string, shardFlag, outDir string, stdout io.Writer) error {
+func runSweep(pos []string, seed string, sets, sweeps []string, shardFlag, outDir string, stdout io.Writer) error {
 	if outDir == "" {
 		return fmt.Errorf("%w: a sweep needs -o DIR for its results folders", errUsage)
 	}
@@ -105,8 +106,11 @@ func runSweep(pos []string, seed int64, sets, sweeps []string, shardFlag, outDir
 		}
 		for _, a := range p.Assign {
 			if err := e.Set(a); err != nil {
-				return fmt.Errorf("%w: %v", errUsage, err)
+				return fmt.Errorf("%w: --sweep point %s: %v", errUsage, p.Name, strings.TrimPrefix(err.Error(), "--set "))
 			}
+		}
+		if _, err := e.Resolve(); err != nil {
+			return fmt.Errorf("sweep point %s: %w", p.Name, err)
 		}
 	}
 	start := time.Now()
@@ -172,7 +176,7 @@ func runMerge(args []string, stdout io.Writer) error {
 
 // loadExperiment reads the experiment named by the positional arguments (the built-in quick
 // start when there are none) and applies --seed and --set.
-func loadExperiment(pos []string, seed int64, sets []string) (*experiments.Experiment, error) {
+func loadExperiment(pos []string, seed string, sets []string) (*experiments.Experiment, error) {
 	var exp *experiments.Experiment
 	var err error
 	switch len(pos) {
@@ -186,8 +190,8 @@ func loadExperiment(pos []string, seed int64, sets []string) (*experiments.Exper
 	if err != nil {
 		return nil, err
 	}
-	if seed >= 0 {
-		exp.Seed = uint64(seed)
+	if seed != "" {
+		sets = append([]string{"seed=" + seed}, sets...)
 	}
 	for _, s := range sets {
 		if err := exp.Set(s); err != nil {

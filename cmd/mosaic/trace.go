@@ -47,7 +47,7 @@ func traceGen(args []string, stdout io.Writer, mustImport bool) error {
 	if len(pos) != 1 {
 		return fmt.Errorf("%w: want one experiment file", errUsage)
 	}
-	exp, err := loadExperiment(pos, *seed, *sets)
+	exp, err := loadExperiment(pos, seed.value, *sets)
 	if err != nil {
 		return err
 	}

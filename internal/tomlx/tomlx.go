@@ -57,7 +57,13 @@ func Decode(path string, data []byte, v any) (*File, error) {
 		// Type mismatches come as "toml: line N (last key \"k\"): message".
 		if m := typeErrRE.FindStringSubmatch(err.Error()); m != nil {
 			line, _ := strconv.Atoi(m[1])
-			return nil, &Error{Path: path, Line: line, Key: m[2], Msg: m[3]}
+			key := m[2]
+			for k, l := range f.lines {
+				if l == line && stripIndexes(k) == key {
+					key = k // name the element of an array table
+				}
+			}
+			return nil, &Error{Path: path, Line: line, Key: key, Msg: m[3]}
 		}
 		return nil, &Error{Path: path, Msg: strings.TrimPrefix(err.Error(), "toml: ")}
 	}
@@ -110,6 +116,15 @@ func (f *File) Line(key string) int {
 		k = k[:i]
 	}
 	return 0
+}
+
+// Has reports whether the document gives key (an indexed path such as "model[1].arch").
+func (f *File) Has(key string) bool {
+	if f == nil {
+		return false
+	}
+	_, ok := f.lines[key]
+	return ok
 }
 
 // Errorf returns an *Error for key with a formatted message.
