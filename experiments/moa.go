@@ -40,7 +40,10 @@ func (e *Experiment) dataPath(key, p string) (string, error) {
 	if rel, ok := strings.CutPrefix(p, "data:"); ok {
 		dir := dataset.Dir()
 		if dir == "" {
-			return "", e.errorf(key, "%q is in the shared data folder, which was not found: set %s to it", p, dataset.Env)
+			if v := os.Getenv(dataset.Env); v != "" {
+				return "", e.errorf(key, "%q is in the shared data folder, but %s=%s is not a folder", p, dataset.Env, v)
+			}
+			return "", e.errorf(key, "%q is in the shared data folder, which was not found beside the working directory or its parents: set %s to it", p, dataset.Env)
 		}
 		p = filepath.Join(dir, rel)
 	} else {

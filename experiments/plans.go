@@ -141,7 +141,11 @@ func WritePlan(w io.Writer, sp *mosaic.StagePlan) error {
 		fmt.Fprintf(w, " %9s", fmt.Sprintf("%d/%d", n, it.MaxReplicas))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "predicted makespan %.1f s (ILP optimum with even splits %.1f s)\n", p.Makespan, p.ILPMakespan)
+	if p.ILPMakespan > 0 {
+		fmt.Fprintf(w, "predicted makespan %.1f s (ILP optimum with even splits %.1f s)\n", p.Makespan, p.ILPMakespan)
+	} else {
+		fmt.Fprintf(w, "predicted makespan %.1f s\n", p.Makespan)
+	}
 	fmt.Fprintf(w, "lower bound        %.1f s (LP relaxation, work bound), gap %.1f%%\n", p.LowerBound, 100*p.Gap)
 	_, err := fmt.Fprintf(w, "solver             %s in %v%s\n", p.Status, p.SolveTime.Round(time.Microsecond), note(p.Note))
 	return err

@@ -38,6 +38,10 @@ func traceGen(args []string, stdout io.Writer, mustImport bool) error {
 		name = "import"
 	}
 	fs := flag.NewFlagSet("trace "+name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: mosaic trace %s EXP.toml [-o w.jsonl] [--seed N] [--set key=value ...]\n", name)
+		fs.PrintDefaults()
+	}
 	out := fs.String("o", "", "write the workload to this JSONL file (default: standard output)")
 	seed, sets := experimentFlags(fs)
 	pos, err := parseInterspersed(fs, args)
