@@ -121,6 +121,9 @@ func runCalibrate(args []string, stdout io.Writer) error {
 			}
 			slog.Info("fitted", "gpu", g.Name, "mape_pct", fmt.Sprintf("%.2f", fr.MAPE), "evaluations", fr.Evaluations, "wall", time.Since(start).Round(time.Millisecond))
 			prof.Set(g.Name, fr.Coef)
+			if b := calibrate.AtBounds(fr.Coef); len(b) > 0 {
+				slog.Warn("fitted coefficients at the edge of their range: the rows do not constrain them", "gpu", g.Name, "coefficients", strings.Join(b, ", "))
+			}
 			if len(gpuOrder) == 1 {
 				// GPUs without measurements take the efficiencies fitted here.
 				prof.Default = fr.Coef

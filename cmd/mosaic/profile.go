@@ -96,6 +96,9 @@ func runProfile(args []string, stdout io.Writer) error {
 		return err
 	}
 	prof.Set(g.Name, fr.Coef)
+	if b := calibrate.AtBounds(fr.Coef); len(b) > 0 {
+		slog.Warn("fitted coefficients at the edge of their range: the sweep does not constrain them (measure more lengths and batch sizes)", "coefficients", strings.Join(b, ", "))
+	}
 	preds, err := calibrate.PredictAll(cases, prof)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 
 	"gonum.org/v1/gonum/optimize"
 
@@ -44,7 +45,7 @@ func unpack(x []float64, free []int, base sim.Coefficients) sim.Coefficients {
 		case pSeqOverhead:
 			c.PerSeqOverheadMS = math.Exp(x[i])
 		case pReserve:
-			c.ReserveGiB = math.Exp(x[i])
+			c.ReserveGiB = maxReserveGiB * logistic(x[i])
 		}
 	}
 	return c
@@ -54,7 +55,7 @@ func pack(c sim.Coefficients, free []int) []float64 {
 	all := [numParams]float64{
 		logit(c.ComputeEfficiency), logit(c.MemoryEfficiency), logit(c.AttentionEfficiency),
 		math.Log(math.Max(c.IterationOverheadMS, 1e-3)), math.Log(math.Max(c.PerSeqOverheadMS, 1e-4)),
-		math.Log(math.Max(c.ReserveGiB, 0.05)),
+		logit(math.Min(math.Max(c.ReserveGiB, 0.05), maxReserveGiB-0.05) / maxReserveGiB),
 	}
 	x := make([]float64, len(free))
 	for i, p := range free {
@@ -63,7 +64,27 @@ func pack(c sim.Coefficients, free []int) []float64 {
 	return x
 }
 
+// maxReserveGiB bounds the fitted non-KV memory reserve.
+const maxReserveGiB = 16
+
 func logistic(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+
+// AtBounds names the fitted coefficients that ended at the edge of their range, which the
+// measurements then do not constrain (an efficiency of 1, a reserve of 16 GiB).
+func AtBounds(c sim.Coefficients) []string {
+	var out []string
+	for name, v := range map[string]float64{"compute_efficiency": c.ComputeEfficiency, "memory_efficiency": c.MemoryEfficiency,
+		"attention_efficiency": c.AttentionEfficiency} {
+		if v > 0.99 {
+			out = append(out, name)
+		}
+	}
+	if c.ReserveGiB > maxReserveGiB-0.1 {
+		out = append(out, "reserve_gib")
+	}
+	sort.Strings(out)
+	return out
+}
 func logit(p float64) float64 {
 	p = math.Min(math.Max(p, 1e-3), 1-1e-3)
 	return math.Log(p / (1 - p))
