@@ -526,3 +526,30 @@ func (e *Engine) RunSteady(k int) *Iteration {
 	}
 	return e.decodeStretch(k)
 }
+
+// Abort removes a request wherever it is (waiting, preempted or running) and frees its KV
+// blocks, as vLLM aborts a request whose client went away. It reports whether the request was
+// in the engine.
+func (e *Engine) Abort(id uint64) bool {
+	for i, s := range e.running {
+		if s.req.ID == id {
+			e.free += s.blocks
+			s.blocks = 0
+			e.running = append(e.running[:i], e.running[i+1:]...)
+			return true
+		}
+	}
+	for i, s := range e.front {
+		if s.req.ID == id {
+			e.front = append(e.front[:i], e.front[i+1:]...)
+			return true
+		}
+	}
+	for i := e.qhead; i < len(e.waiting); i++ {
+		if e.waiting[i].req.ID == id {
+			e.waiting = append(e.waiting[:i], e.waiting[i+1:]...)
+			return true
+		}
+	}
+	return false
+}

@@ -705,3 +705,25 @@ func TestAdvanceHorizon(t *testing.T) {
 		})
 	}
 }
+
+func TestAbort(t *testing.T) {
+	for _, chunked := range []bool{true, false} {
+		eng := newEngine(t, sim.EngineConfig{MaxNumSeqs: 2, MaxBatchedTokens: 512, ChunkedPrefill: chunked, BlockSize: 16, NumBlocks: 64, WatermarkBlocks: 0})
+		for i := 1; i <= 4; i++ {
+			require.NoError(t, eng.Add(sim.Request{ID: uint64(i), PromptTokens: 100, OutputTokens: 50}))
+		}
+		eng.Step() // 1 and 2 running, 3 and 4 waiting
+		require.Equal(t, 2, eng.Running())
+		before := eng.KVUsage()
+		assert.True(t, eng.Abort(1), "a running request")
+		assert.Less(t, eng.KVUsage(), before, "its blocks are freed")
+		assert.True(t, eng.Abort(4), "a waiting request")
+		assert.False(t, eng.Abort(4), "already gone")
+		assert.False(t, eng.Abort(99))
+		var finished []uint64
+		for i := 0; i < 10000 && !eng.Idle(); i++ {
+			finished = append(finished, eng.Advance(0).Finished...)
+		}
+		assert.ElementsMatch(t, []uint64{2, 3}, finished, "chunked=%v", chunked)
+	}
+}

@@ -323,7 +323,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, hr *http.Request, chat bo
 	}
 	if !ok {
 		r.gone.Store(true)
-		s.log.Debug("client went away; the request finishes in the engine unseen", "id", r.id)
+		s.abort(r.id) // as vLLM does: the engine drops it at the next iteration boundary
 		return
 	}
 	s.log.Debug("request done", "id", r.id, "duration", time.Since(arrived))

@@ -23,8 +23,6 @@
 // tokens, each the text " tok", as vLLM does with `ignore_eos: true` (accepted and implied;
 // `min_tokens` is accepted and needs no effect).
 //
-// # Limits
-//
-// The engine has no abort: when a client disconnects, its request stays in the engine and
-// finishes there (it still occupies the batch and the KV cache), but nothing more is written.
+// When a client disconnects, its request is aborted at the next iteration boundary (it leaves
+// the batch and frees its KV blocks), as vLLM does.
 package emulate

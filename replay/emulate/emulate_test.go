@@ -472,7 +472,7 @@ func TestClientDisconnectStopsWriting(t *testing.T) {
 	require.True(t, sc.Scan())
 	cancel()
 	resp.Body.Close()
-	// The request finishes inside the engine (it has no abort), and the server stays healthy.
+	// The request is aborted (it leaves the batch), and the server stays healthy.
 	require.Eventually(t, func() bool { return metric(t, s.URL(), "vllm:num_requests_running") == 0 }, 3*time.Second, 10*time.Millisecond)
 	got := readStream(t, post(t, context.Background(), s.URL()+"/v1/completions", completionBody(5, 3, true)), time.Now())
 	assert.Equal(t, 3, got.tokens)

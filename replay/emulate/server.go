@@ -42,6 +42,7 @@ type Server struct {
 	// arrivals queued for the engine loop
 	qmu    sync.Mutex
 	queue  []*request
+	aborts []uint64 // requests whose clients went away
 	closed bool
 	wake   chan struct{}
 
@@ -255,6 +256,17 @@ func (s *Server) crash() {
 	})
 }
 
+// abort asks the engine loop to drop a request whose client went away.
+func (s *Server) abort(id uint64) {
+	s.qmu.Lock()
+	s.aborts = append(s.aborts, id)
+	s.qmu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
 // enqueue hands a request to the engine loop.
 func (s *Server) enqueue(r *request) error {
 	s.qmu.Lock()
@@ -325,7 +337,18 @@ func (s *Server) loop(eng *sim.Engine) {
 		s.qmu.Lock()
 		arrivals := s.queue
 		s.queue = nil
+		aborts := s.aborts
+		s.aborts = nil
 		s.qmu.Unlock()
+		for _, id := range aborts {
+			if eng.Abort(id) {
+				delete(live, id)
+				s.log.Debug("request aborted: its client went away", "id", id)
+			}
+		}
+		if len(aborts) > 0 {
+			s.met.setQueue(eng)
+		}
 		for _, r := range arrivals {
 			if eng.Idle() {
 				// An idle engine starts the request when it arrives.
