@@ -299,6 +299,7 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 	info := opt.Info
 	info.Mode, info.Experiment, info.File, info.Seed, info.Profile = "replay", r.Experiment, r.File(), uint64(r.Seed), r.Profile.Source
 	info.Fingerprint = r.fingerprint()
+	info.Resolved = r.resolvedInfo()
 	for _, p := range m.Policies {
 		info.Policies = append(info.Policies, p.Label)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/sim/cluster"
 	"github.com/mosaic-sched/mosaic/traces"
 )
@@ -171,6 +172,39 @@ type RunInfo struct {
 	Policies   []string    `json:"policies"`
 	// Fingerprint identifies the resolved experiment (replay's --resume checks it).
 	Fingerprint string `json:"fingerprint,omitempty"`
+	// Resolved is what the file resolved to: the GPU, its cost-model coefficients and each
+	// model's engine, with every default filled in.
+	Resolved *ResolvedInfo `json:"resolved,omitempty"`
+}
+
+// ResolvedInfo is the resolved cluster of run.json.
+type ResolvedInfo struct {
+	GPU          sim.GPU             `json:"gpu"`
+	Coefficients sim.Coefficients    `json:"coefficients"`
+	Models       []ResolvedModelInfo `json:"models"`
+}
+
+// ResolvedModelInfo is one resolved model of run.json.
+type ResolvedModelInfo struct {
+	Name      string           `json:"name"`
+	Arch      string           `json:"arch"`
+	Engine    sim.EngineConfig `json:"engine"`
+	Memory    float64          `json:"memory_fraction"`
+	LoadTimeS float64          `json:"load_time_s"`
+	Output    string           `json:"output_tokens,omitempty"`
+}
+
+// resolvedInfo describes what r resolved to.
+func (r *Resolved) resolvedInfo() *ResolvedInfo {
+	ri := &ResolvedInfo{GPU: *r.GPU, Coefficients: r.Profile.For(r.GPU)}
+	for _, m := range r.Models {
+		mi := ResolvedModelInfo{Name: m.Name, Arch: m.Arch.ID, Engine: m.Engine, Memory: m.Memory, LoadTimeS: m.Cost.LoadTime().Seconds()}
+		if m.Output != nil {
+			mi.Output = m.Output.String()
+		}
+		ri.Models = append(ri.Models, mi)
+	}
+	return ri
 }
 
 // HostInfo is host.json: where and how long the run took.
@@ -214,6 +248,7 @@ func (run *Run) WriteDir(dir string, info RunInfo, host HostInfo) error {
 	info.File = run.Experiment.File()
 	info.Seed = uint64(run.Experiment.Seed)
 	info.Profile = run.Experiment.Profile.Source
+	info.Resolved = run.Experiment.resolvedInfo()
 	steps := []struct {
 		name string
 		f    func(io.Writer) error
@@ -240,14 +275,22 @@ func (run *Run) WriteTable(w io.Writer) error {
 		r.Cluster.Workers, r.GPU.Name, len(wl.Queries), wl.ExpertsPerQuery(), r.Seed)
 	fmt.Fprintf(w, "%-18s %-14s %10s %10s %10s %7s %7s %7s %9s %8s %8s %6s %5s\n",
 		"policy", "rule", "expert_s", "aggreg_s", "e2e_s", "x_exp", "x_agg", "x_e2e", "skipped", "accuracy", "d_acc_pp", "busy", "loads")
+	failed := 0
+	for _, s := range run.Summaries {
+		failed += s.FailedCalls
+	}
 	for _, s := range run.Summaries {
 		skipped := 0.0
 		if s.Queries > 0 {
 			skipped = 100 * float64(s.AggregatorSkipped) / float64(s.Queries)
 		}
-		if _, err := fmt.Fprintf(w, "%-18s %-14s %10.1f %10.1f %10.1f %7.2f %7.2f %7.2f %8.1f%% %8.4f %+8.2f %6.2f %5d\n",
+		tail := "\n"
+		if failed > 0 {
+			tail = fmt.Sprintf("  %d calls failed\n", s.FailedCalls)
+		}
+		if _, err := fmt.Fprintf(w, "%-18s %-14s %10.1f %10.1f %10.1f %7.2f %7.2f %7.2f %8.1f%% %8.4f %+8.2f %6.2f %5d%s",
 			s.Policy, s.Rule, s.ExpertStageS, s.AggregatorStageS, s.E2ES, s.SpeedupExpert, s.SpeedupAggregator, s.SpeedupE2E,
-			skipped, s.Accuracy, s.AccuracyDeltaPP, s.GPUBusyFrac, s.ModelLoads); err != nil {
+			skipped, s.Accuracy, s.AccuracyDeltaPP, s.GPUBusyFrac, s.ModelLoads, tail); err != nil {
 			return err
 		}
 	}
