@@ -49,7 +49,9 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 			MaxTokens: m.Engine.MaxBatchedTokens, ChunkedPrefill: m.Engine.ChunkedPrefill, Vocab: m.Arch.Vocab}
 	}
 	switch rp.PrefixCaching {
-	case "", "off":
+	case "":
+		cfg.PrefixCaching = len(r.Models) > 0 && r.Models[0].PrefixCaching
+	case "off":
 	case "workload":
 		cfg.PrefixCaching = true
 	default:

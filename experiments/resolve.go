@@ -29,7 +29,8 @@ type ResolvedModel struct {
 	Forward traces.LengthDist
 	// Memory is the fraction of a worker's memory the model's engine takes.
 	Memory float64
-	// PrefixCaching says whether the engine caches prompt prefixes (carried, not modelled).
+	// PrefixCaching says whether the engine caches prompt prefixes (Engine.PrefixCaching: the
+	// simulator models it; replay launches its servers so by default).
 	PrefixCaching bool
 }
 
@@ -179,6 +180,7 @@ func (e *Experiment) Resolve() (*Resolved, error) {
 		}
 		cfg.NumBlocks = blocks
 		cfg.WatermarkBlocks = blocks / 100
+		cfg.PrefixCaching = eng.prefixCaching
 		rm := &ResolvedModel{Name: m.Name, Arch: arch, Cost: cm, Engine: cfg, Memory: util, PrefixCaching: eng.prefixCaching}
 		if m.OutputTokens != nil {
 			d, err := m.OutputTokens.resolve(e, modelKey(i, "output_tokens"))

@@ -24,6 +24,9 @@ type EngineConfig struct {
 	NumBlocks int
 	// WatermarkBlocks is kept free when admitting a new sequence, so running ones can grow.
 	WatermarkBlocks int
+	// PrefixCaching keeps the KV blocks of computed prompts for reuse by prompts that start
+	// with the same tokens (vLLM's automatic prefix caching; see Request.PrefixKey).
+	PrefixCaching bool
 }
 
 // Validate reports an unusable configuration.
@@ -48,6 +51,13 @@ type Request struct {
 	ID           uint64
 	PromptTokens int
 	OutputTokens int
+	// With prefix caching, a prompt's full blocks are identified by Blocks, the chained hashes
+	// of their tokens when the prompt's tokens are known, or else derived: the blocks within
+	// its first PrefixTokens tokens are the same for every request with the same PrefixKey
+	// (non-zero; a query's question, say), the rest are its own.
+	Blocks       []uint64
+	PrefixKey    uint64
+	PrefixTokens int
 }
 
 // Produced says that a sequence produced Tokens output tokens.
@@ -84,7 +94,8 @@ type seqState struct {
 	req         Request
 	generated   int // output tokens produced
 	computed    int // tokens whose keys and values are in the cache
-	blocks      int // KV blocks held
+	blocks      int // KV blocks held as its own
+	cached      int // leading prompt blocks it uses from the prefix cache (not in blocks)
 	preemptions int
 	chunk       int // tokens scheduled in the current iteration
 }
@@ -112,6 +123,10 @@ type Engine struct {
 	it      Iteration
 	sched   []*seqState // sequences scheduled in the current step
 	preempt bool        // a preemption happened in the current step
+	// prefix is the prefix cache (nil without prefix caching); evictable counts its
+	// unreferenced blocks, which are part of free.
+	prefix    *prefixCache
+	evictable int
 
 	// totals
 	steps       uint64
@@ -125,7 +140,11 @@ func NewEngine(cfg EngineConfig, cost *CostModel) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, cost: cost, free: cfg.NumBlocks}, nil
+	e := &Engine{cfg: cfg, cost: cost, free: cfg.NumBlocks}
+	if cfg.PrefixCaching {
+		e.prefix = newPrefixCache()
+	}
+	return e, nil
 }
 
 // Config returns the engine's configuration.
@@ -197,11 +216,17 @@ type Stats struct {
 	Busy        time.Duration
 	MeanBatch   float64 // time-weighted mean number of sequences per iteration
 	Preemptions int
+	// PrefixQueried and PrefixHit count prompt tokens looked up in the prefix cache and
+	// found there.
+	PrefixQueried, PrefixHit int64
 }
 
 // Stats returns the engine's totals.
 func (e *Engine) Stats() Stats {
 	s := Stats{Steps: e.steps, Busy: e.busy, Preemptions: e.preemptions}
+	if e.prefix != nil {
+		s.PrefixQueried, s.PrefixHit = e.prefix.queried, e.prefix.hit
+	}
 	if e.busy > 0 {
 		s.MeanBatch = e.seqTime / e.busy.Seconds()
 	}
@@ -266,6 +291,9 @@ func (e *Engine) Step() *Iteration {
 	for _, s := range sched {
 		s.computed += s.chunk
 		s.chunk = 0
+		if e.prefix != nil && s.computed <= s.req.PromptTokens+s.chunk {
+			e.register(s)
+		}
 		if s.computed == s.length() {
 			s.generated++
 			it.Produced = append(it.Produced, Produced{ID: s.req.ID, Tokens: 1})
@@ -294,7 +322,7 @@ func (e *Engine) scheduleRunning(sched []*seqState, budget int) ([]*seqState, in
 		if n <= 0 {
 			continue
 		}
-		blocks := ceilDiv(s.computed+n, e.cfg.BlockSize) - s.blocks
+		blocks := ceilDiv(s.computed+n, e.cfg.BlockSize) - s.blocks - s.cached
 		self := false
 		for blocks > e.free && !self {
 			victim := e.running[len(e.running)-1]
@@ -305,6 +333,7 @@ func (e *Engine) scheduleRunning(sched []*seqState, budget int) ([]*seqState, in
 			break // s was the most recent sequence left: it gave up its own blocks
 		}
 		e.free -= blocks
+		e.reclaim()
 		s.blocks += blocks
 		s.chunk = n
 		budget -= n
@@ -316,6 +345,7 @@ func (e *Engine) scheduleRunning(sched []*seqState, budget int) ([]*seqState, in
 func (e *Engine) preemptSeq(s *seqState) {
 	e.running = e.running[:len(e.running)-1]
 	e.free += s.blocks
+	e.release(s)
 	s.blocks, s.computed, s.chunk = 0, 0, 0
 	s.preemptions++
 	e.preemptions++
@@ -335,19 +365,19 @@ func (e *Engine) admit(sched []*seqState, budget int) ([]*seqState, int, bool) {
 		if s == nil {
 			break
 		}
-		n := s.length()
-		if n > budget {
-			if !e.cfg.ChunkedPrefill {
-				break
-			}
-			n = budget
-		}
-		blocks := ceilDiv(n, e.cfg.BlockSize)
-		if e.free-blocks < e.cfg.WatermarkBlocks {
+		hit, unreferenced := e.hits(s)
+		n, blocks, ok := e.admitCost(s, hit, budget)
+		if !ok || e.free-blocks-unreferenced < e.cfg.WatermarkBlocks {
 			break
 		}
 		e.popWaiting()
+		if hit > 0 {
+			e.take(s, hit)
+		} else if e.prefix != nil {
+			e.prefix.queried += int64(s.req.PromptTokens)
+		}
 		e.free -= blocks
+		e.reclaim()
 		s.blocks = blocks
 		s.chunk = n
 		budget -= n
@@ -359,12 +389,28 @@ func (e *Engine) admit(sched []*seqState, budget int) ([]*seqState, int, bool) {
 	return sched, budget, admitted
 }
 
+// admitCost is what admitting s takes with hit cached prompt blocks: the tokens it computes in
+// this iteration (within budget) and the blocks it allocates as its own; ok is false when its
+// prompt does not fit the budget and chunked prefill is off.
+func (e *Engine) admitCost(s *seqState, hit, budget int) (tokens, blocks int, ok bool) {
+	bs := e.cfg.BlockSize
+	n := s.length() - hit*bs
+	if n > budget {
+		if !e.cfg.ChunkedPrefill {
+			return 0, 0, false
+		}
+		n = budget
+	}
+	return n, ceilDiv(hit*bs+n, bs) - hit, n > 0
+}
+
 // finish removes sequences that produced their last token and frees their blocks.
 func (e *Engine) finish(it *Iteration) {
 	kept := e.running[:0]
 	for _, s := range e.running {
 		if s.generated >= s.req.OutputTokens {
 			e.free += s.blocks
+			e.release(s)
 			s.blocks = 0
 			it.Finished = append(it.Finished, s.req.ID)
 			continue
@@ -423,7 +469,7 @@ func (e *Engine) steadySteps() int {
 		kFinish = min(kFinish, s.req.OutputTokens-s.generated)
 		// The first step that needs a new block: the token at position computed+1 opens one
 		// when computed is a multiple of the block size.
-		r := s.blocks*bs - s.computed + 1
+		r := (s.blocks+s.cached)*bs - s.computed + 1
 		counts[r]++
 	}
 	// new blocks needed by step k = q*n + sum(counts[1..rem]) for k = q*bs + rem.
@@ -448,14 +494,9 @@ func (e *Engine) admissible() bool {
 	if e.cfg.ChunkedPrefill {
 		budget -= len(e.running)
 	}
-	n := head.length()
-	if n > budget {
-		if !e.cfg.ChunkedPrefill {
-			return false
-		}
-		n = budget
-	}
-	return n > 0 && e.free-ceilDiv(n, e.cfg.BlockSize) >= e.cfg.WatermarkBlocks
+	hit, unreferenced := e.hits(head)
+	_, blocks, ok := e.admitCost(head, hit, budget)
+	return ok && e.free-blocks-unreferenced >= e.cfg.WatermarkBlocks
 }
 
 // stretchSeconds is the duration of k steady decode iterations: iteration i (1-based) costs
@@ -487,11 +528,12 @@ func (e *Engine) decodeStretch(k int) *Iteration {
 	for _, s := range e.running {
 		s.computed += k
 		s.generated += k
-		nb := ceilDiv(s.computed, bs)
+		nb := ceilDiv(s.computed, bs) - s.cached
 		e.free -= nb - s.blocks
 		s.blocks = nb
 		it.Produced = append(it.Produced, Produced{ID: s.req.ID, Tokens: k})
 	}
+	e.reclaim()
 	n := len(e.running)
 	e.finish(it)
 	e.account(it, k, n, sec)
@@ -534,6 +576,7 @@ func (e *Engine) Abort(id uint64) (generated int, ok bool) {
 	for i, s := range e.running {
 		if s.req.ID == id {
 			e.free += s.blocks
+			e.release(s)
 			s.blocks = 0
 			e.running = append(e.running[:i], e.running[i+1:]...)
 			return s.generated, true

@@ -317,8 +317,8 @@ func (s *Server) handleGenerate(w http.ResponseWriter, hr *http.Request, chat bo
 	if f.wrong && r.output > 1 {
 		r.output--
 	}
-	if s.cache != nil && ids != nil {
-		r.blocks = s.cache.hashes(ids)
+	if s.cfg.PrefixCaching && ids != nil {
+		r.blocks = sim.BlockHashes(ids, s.cfg.Engine.BlockSize)
 	}
 	if err := s.enqueue(r); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", "%v", err)

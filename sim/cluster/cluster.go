@@ -178,7 +178,9 @@ func (c *Cluster) Submit(w policies.WorkerID, call *traces.Call) error {
 	if e.state == stPlanned {
 		c.cut(e, now)
 	}
-	req := sim.Request{ID: uint64(call.ID), PromptTokens: call.InputTokens, OutputTokens: call.OutputTokens}
+	// The query's calls share their question as a prompt prefix (a prefix cache reuses it).
+	req := sim.Request{ID: uint64(call.ID), PromptTokens: call.InputTokens, OutputTokens: call.OutputTokens,
+		PrefixKey: uint64(call.Query) + 1, PrefixTokens: call.PrefixTokens}
 	if err := e.eng.Add(req); err != nil {
 		return fmt.Errorf("call %d (query %d, %s): %w", call.ID, call.Query, call.Model, err)
 	}
