@@ -365,6 +365,12 @@ type PolicySpec struct {
 	// once MinFinished of a gated call's inputs have answered and their top answer has the
 	// Agreement share, the rest are cancelled (see policies.EarlyExit).
 	EarlyExit *EarlyExitSpec `toml:"early_exit"`
+	// Overlap turns on Faster-MoA's prefill-decode overlap for this policy's run: a call that
+	// reads others is released when its query arrives and, once submitted, prefills its prompt
+	// as its inputs finish (see policies.Driver.SetOverlap). It speeds up the policies that
+	// submit calls before their inputs are done (online, pipeline); the stage-by-stage ones
+	// submit a stage's calls after the previous stage, when there is nothing left to overlap.
+	Overlap bool `toml:"overlap"`
 }
 
 // EarlyExitSpec is the early_exit table of a policy.

@@ -49,6 +49,8 @@ type ResolvedPolicy struct {
 	Rule  policies.Rule
 	// Exit is the run's early exit (nil: none).
 	Exit *policies.EarlyExit
+	// Overlap turns on prefill-decode overlap.
+	Overlap bool
 	// New builds a fresh policy value for one run.
 	New func() policies.Policy
 }
@@ -607,7 +609,7 @@ func (r *Resolved) resolvePolicies(m *GraphWorkload) error {
 		if err != nil {
 			return err
 		}
-		m.Policies = append(m.Policies, ResolvedPolicy{Label: label, Name: lower(p.Name), Rule: rule, Exit: exit, New: newPolicy})
+		m.Policies = append(m.Policies, ResolvedPolicy{Label: label, Name: lower(p.Name), Rule: rule, Exit: exit, Overlap: p.Overlap, New: newPolicy})
 	}
 	return nil
 }

@@ -484,6 +484,7 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 		}
 		d.CallDone = record
 		d.SetEarlyExit(p.Exit)
+		d.SetOverlap(p.Overlap)
 		slog.Info("replaying", "policy", p.Label, "workers", r.Cluster.Workers, "resumed_calls", len(finished))
 		res, err := d.Run(ctx)
 		be.Close()

@@ -92,6 +92,7 @@ func (r *Resolved) simulatePolicy(ctx context.Context, p ResolvedPolicy, progres
 		return nil, nil, fmt.Errorf("%s: %w", p.Label, err)
 	}
 	d.SetEarlyExit(p.Exit)
+	d.SetOverlap(p.Overlap)
 	if progress != nil {
 		d.Progress = func(done, total int) { progress(p.Label, done, total) }
 	}

@@ -159,6 +159,10 @@ type CallRef struct {
 	// Final marks a final call of its query that reads others: the final stage (a MoA query's
 	// aggregator).
 	Final bool
+	// Open marks a call released before its inputs finished (prefill-decode overlap,
+	// Driver.SetOverlap): submitted now, its worker prefills its prompt as they finish;
+	// InputTokens is then the prompt it will have if they all run.
+	Open bool
 }
 
 // ActionKind says what an Action asks for.

@@ -73,7 +73,31 @@ type Driver struct {
 	// stopping counts cancelled calls their backend has not yet reported stopped: the run
 	// waits for them, so that their GPU time is accounted.
 	stopping int
+	// overlap releases calls with inputs when their query arrives (prefill-decode overlap;
+	// see SetOverlap), and grower is the backend's support for it.
+	overlap bool
+	grower  Grower
 }
+
+// Grower is implemented by backends that can prefill a call while its inputs still run:
+// prefill-decode overlap (Faster-MoA). The simulated cluster holds the call as an engine
+// sequence whose prompt grows; replay approximates it with the server's prefix cache.
+type Grower interface {
+	// SubmitOpen submits a call of which only c.InputTokens prompt tokens are known so far
+	// (its own prompt and the outputs of the inputs already done): the worker prefills them
+	// and holds the call.
+	SubmitOpen(w WorkerID, c *traces.Call) error
+	// Grow appends tokens (a finished input's forwarded output) to open call id's prompt;
+	// close says every input is in: the call then prefills the rest and decodes.
+	Grow(w WorkerID, id int, tokens int, close bool) error
+}
+
+// SetOverlap turns on prefill-decode overlap (Faster-MoA): every LLM call that reads others is
+// released, marked CallRef.Open, as soon as its query arrives, and a policy that submits it
+// then has its prompt prefilled on the worker as its inputs finish, so that it starts decoding
+// soon after the last one. A gated call submitted open and then skipped by its rule is
+// cancelled on its worker. The backend must implement Grower. Call it before Run.
+func (d *Driver) SetOverlap(on bool) { d.overlap = on }
 
 // SetEarlyExit turns on Faster-MoA's runtime early exit for gated calls (see EarlyExit); nil
 // turns it off. Call it before Run.
@@ -129,6 +153,12 @@ type callState struct {
 	produced    int
 	// ran says a cancelled call had been submitted (its record goes to the results).
 	ran bool
+	// open says the call was released before its inputs finished (overlap); sent is the
+	// prompt tokens given to its worker so far when it was submitted open, and aborting
+	// that it was skipped after that and its worker has not yet reported it stopped.
+	open     bool
+	sent     int
+	aborting bool
 }
 
 type queryState struct {
@@ -280,6 +310,13 @@ func (d *Driver) addTimer(t timer) {
 
 // Run drives the policy until every query is complete and returns what happened.
 func (d *Driver) Run(ctx context.Context) (*Result, error) {
+	if d.overlap {
+		g, ok := d.backend.(Grower)
+		if !ok {
+			return nil, fmt.Errorf("policy %s: prefill-decode overlap needs a backend that can grow a call's prompt, and %T cannot", d.policy.Name(), d.backend)
+		}
+		d.grower = g
+	}
 	// Queries of the offline batch are ready at the start; later arrivals wake the driver.
 	var released []CallRef
 	for d.arrived < len(d.arrivals) && d.workload.Queries[d.arrivals[d.arrived]].Arrival <= 0 {
@@ -365,6 +402,17 @@ func (d *Driver) arrive(qi int, now time.Duration, out []CallRef) []CallRef {
 			out = d.start(d.first[qi]+i, now, out)
 		}
 	}
+	if d.overlap {
+		for i := range q.Calls {
+			if c := &q.Calls[i]; len(c.Inputs) > 0 && !c.IsTool() {
+				id := d.first[qi] + i
+				cs := &d.calls[id]
+				cs.status, cs.ready, cs.open = callReady, now, true
+				d.order = append(d.order, id)
+				out = append(out, d.ref(id))
+			}
+		}
+	}
 	return out
 }
 
@@ -372,6 +420,15 @@ func (d *Driver) arrive(qi int, now time.Duration, out []CallRef) []CallRef {
 // released (out gains its reference). (Gates are decided before, in settle.)
 func (d *Driver) start(id int, now time.Duration, out []CallRef) []CallRef {
 	cs := &d.calls[id]
+	if cs.open {
+		// Released when its query arrived: it is now an ordinary ready call, or its worker
+		// gets the rest of its prompt.
+		cs.open = false
+		if cs.status == callSubmitted {
+			d.grow(id, true)
+		}
+		return out
+	}
 	if cs.call.IsTool() {
 		cs.status = callTool
 		cs.ready = now
@@ -389,7 +446,40 @@ func (d *Driver) ref(id int) CallRef {
 	cs := &d.calls[id]
 	c := cs.call
 	return CallRef{ID: id, Query: c.Query, Role: c.Role, Layer: c.Layer, Model: c.Model, InputTokens: c.InputTokens,
-		Ready: cs.ready, Inputs: len(c.Inputs), Confidence: cs.confidence, Final: cs.final}
+		Ready: cs.ready, Inputs: len(c.Inputs), Confidence: cs.confidence, Final: cs.final, Open: cs.open}
+}
+
+// known is the prompt of call id as far as its finished inputs give it: its own prompt and
+// what they forward (nothing from a failed or cancelled one, the majority's carrier from a
+// skipped one), at least one token.
+func (d *Driver) known(id int) int {
+	c := d.calls[id].call
+	base := d.first[c.Query]
+	tokens := c.PromptTokens
+	for _, in := range c.Inputs {
+		switch p := &d.calls[base+in.From]; p.status {
+		case callDone:
+			tokens += in.Tokens
+		case callSkipped:
+			tokens += p.pass
+		}
+	}
+	return max(1, tokens)
+}
+
+// grow gives open-submitted call id's worker the prompt tokens its inputs have added since,
+// and with close, ends its prompt.
+func (d *Driver) grow(id int, close bool) {
+	cs := &d.calls[id]
+	n := d.known(id)
+	if n == cs.sent && !close {
+		return
+	}
+	add := max(0, n-cs.sent)
+	cs.sent += add
+	if err := d.grower.Grow(cs.worker, id, add, close); err != nil && d.fatal == nil {
+		d.fatal = fmt.Errorf("growing the prompt of call %d on worker %d: %w", id, cs.worker, err)
+	}
 }
 
 // inputAnswers returns the answers call id's LLM inputs gave, in input order: a tool step
@@ -419,10 +509,13 @@ func (d *Driver) settle(id int, now time.Duration, released []CallRef, events *[
 	var exited []int
 	for _, ch := range d.child[d.childAt[id]:d.childAt[id+1]] {
 		cs := &d.calls[ch]
-		if cs.status != callWaiting {
+		if cs.status != callWaiting && !cs.open {
 			continue // released by an early exit, or cancelled
 		}
 		cs.waiting--
+		if cs.waiting > 0 && cs.open && cs.status == callSubmitted {
+			d.grow(int(ch), false)
+		}
 		if cs.waiting > 0 {
 			if d.exit == nil || !cs.call.Gate || !d.exitEarly(int(ch)) {
 				continue
@@ -462,6 +555,15 @@ func (d *Driver) decide(ch int, now time.Duration, released []CallRef, events *[
 		dec := d.rule.Decide(answers)
 		cs.confidence = dec.Confidence
 		if dec.Skip {
+			if cs.open && cs.status == callSubmitted {
+				// Submitted open, its prefill was for nothing: its worker drops it.
+				cs.aborting = true
+				d.stopping++
+				if err := d.backend.Cancel(cs.worker, ch); err != nil && d.fatal == nil {
+					d.fatal = fmt.Errorf("cancelling skipped call %d on worker %d: %w", ch, cs.worker, err)
+				}
+			}
+			cs.open = false
 			d.skip(ch, dec, now, events)
 			return d.settle(ch, now, released, events)
 		}
@@ -472,7 +574,7 @@ func (d *Driver) decide(ch int, now time.Duration, released []CallRef, events *[
 // awaited reports whether some call that reads call id still waits for it.
 func (d *Driver) awaited(id int) bool {
 	for _, ch := range d.child[d.childAt[id]:d.childAt[id+1]] {
-		if d.calls[ch].status == callWaiting {
+		if d.calls[ch].status == callWaiting || d.calls[ch].open {
 			return true
 		}
 	}
@@ -510,6 +612,7 @@ func (d *Driver) exitEarly(id int) bool {
 // finished first). For the calls that read it, it is finished now, without an answer.
 func (d *Driver) cancel(id int, now time.Duration, released []CallRef, events *[]Event) []CallRef {
 	cs := &d.calls[id]
+	cs.open = false
 	switch cs.status {
 	case callWaiting, callReady, callTool:
 		cs.status = callCancelled
@@ -639,11 +742,17 @@ func (d *Driver) handle(ev Event) ([]Event, error) {
 			}
 			return nil, errors.New("backend reported a finished call without the call")
 		}
+		if id := ev.Call.ID; id >= 0 && id < len(d.calls) && d.calls[id].aborting {
+			return nil, d.dropped(id)
+		}
 		if id := ev.Call.ID; id >= 0 && id < len(d.calls) && d.calls[id].status == callCancelling {
 			return nil, d.stopped(&ev)
 		}
 		return d.finish(&ev)
 	case EventCancelled:
+		if ev.Call != nil && ev.Call.ID >= 0 && ev.Call.ID < len(d.calls) && d.calls[ev.Call.ID].aborting {
+			return nil, d.dropped(ev.Call.ID)
+		}
 		if ev.Call == nil || ev.Call.ID < 0 || ev.Call.ID >= len(d.calls) || d.calls[ev.Call.ID].status != callCancelling {
 			return nil, fmt.Errorf("backend reported a call cancelled that was not being cancelled (%+v)", ev.Call)
 		}
@@ -777,6 +886,16 @@ func (d *Driver) stopped(ev *Event) error {
 	return nil
 }
 
+// dropped records that a call skipped after it was submitted open has left its worker.
+func (d *Driver) dropped(id int) error {
+	cs := &d.calls[id]
+	cs.aborting = false
+	d.stopping--
+	d.loadsIdle = 0
+	d.ws[cs.worker].inflight[cs.call.Model]--
+	return nil
+}
+
 // apply checks and carries out actions.
 func (d *Driver) apply(acts []Action) error {
 	for _, a := range acts {
@@ -862,7 +981,14 @@ func (d *Driver) do(a Action) error {
 		if !d.holds(a.Worker, cs.call.Model) {
 			return fmt.Errorf("the worker does not hold %s", cs.call.Model)
 		}
-		if err := d.backend.Submit(a.Worker, cs.call); err != nil {
+		if cs.open {
+			cp := *cs.call
+			cp.InputTokens = d.known(a.CallID)
+			if err := d.grower.SubmitOpen(a.Worker, &cp); err != nil {
+				return err
+			}
+			cs.sent = cp.InputTokens
+		} else if err := d.backend.Submit(a.Worker, cs.call); err != nil {
 			return err
 		}
 		cs.status = callSubmitted

@@ -80,6 +80,9 @@ func (d *Driver) result() *Result {
 	if d.exit != nil {
 		r.Rule += ", " + d.exit.String()
 	}
+	if d.overlap {
+		r.Rule += ", overlap"
+	}
 	if cs, ok := d.rule.(ConfidenceSkip); ok {
 		r.Threshold = cs.Threshold
 		if cs.Threshold > 1 {

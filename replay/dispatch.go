@@ -23,6 +23,9 @@ type job struct {
 	// dispatcher's mu): cancelling closes the stream, so the server aborts the request.
 	cancelled bool
 	s         *stream
+	// held says the call was submitted open (prefill-decode overlap) and waits for its last
+	// input before it is queued (see Backend.Grow).
+	held bool
 }
 
 // errCancelled is the cause of a stream closed because its call was cancelled.
@@ -43,6 +46,8 @@ type dispatcher struct {
 	jobs     map[int]*job // queued or in flight, by call ID
 
 	sendMu sync.Mutex // held while a request is sent and its headers awaited
+	// prefills are the overlap's prefill-only requests under way.
+	prefills prefillGroup
 }
 
 func newDispatcher(b *Backend, worker int) *dispatcher {
@@ -78,6 +83,15 @@ func (d *dispatcher) cancel(id int) error {
 		return fmt.Errorf("replay: call %d is not in flight on worker %d", id, d.worker)
 	}
 	j.cancelled = true
+	if j.held {
+		// Held open: nothing of it is in flight but its prefills.
+		delete(d.jobs, id)
+		d.mu.Unlock()
+		now := d.b.Now()
+		go d.b.emit(policies.Event{Kind: policies.EventCancelled, At: now, Worker: policies.WorkerID(d.worker), Model: j.call.Model,
+			Call: &j.ref, Timing: policies.CallTiming{Submitted: j.submitted, Started: now, FirstToken: now, End: now}})
+		return nil
+	}
 	q := d.queues[j.srv]
 	for i, x := range q {
 		if x == j {

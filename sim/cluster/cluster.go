@@ -170,6 +170,46 @@ func (c *Cluster) WakeAt(t time.Duration) {
 
 // Submit implements policies.Backend.
 func (c *Cluster) Submit(w policies.WorkerID, call *traces.Call) error {
+	return c.submit(w, call, false)
+}
+
+// SubmitOpen implements policies.Grower: the call's engine sequence prefills the prompt known
+// so far and waits for Grow.
+func (c *Cluster) SubmitOpen(w policies.WorkerID, call *traces.Call) error {
+	return c.submit(w, call, true)
+}
+
+var _ policies.Grower = (*Cluster)(nil)
+
+// Grow implements policies.Grower: the tokens join the call's prompt at the engine's next
+// iteration boundary.
+func (c *Cluster) Grow(w policies.WorkerID, id int, tokens int, close bool) error {
+	if w < 0 || int(w) >= len(c.workers) {
+		return fmt.Errorf("cluster: no worker %d", w)
+	}
+	wk := c.workers[w]
+	for _, m := range wk.order {
+		e := wk.engines[m]
+		if e.calls[uint64(id)] == nil {
+			continue
+		}
+		now := c.Now()
+		if e.state == stPlanned {
+			c.cut(e, now)
+		}
+		if err := e.eng.Grow(uint64(id), tokens, close); err != nil {
+			return fmt.Errorf("call %d on worker %d: %w", id, w, err)
+		}
+		if e.state == stIdle && !e.kickDue && !e.eng.Idle() {
+			e.kickDue = true
+			c.q.Schedule(now, item{kind: itemKick, eng: e})
+		}
+		return nil
+	}
+	return fmt.Errorf("cluster: call %d is not in flight on worker %d", id, w)
+}
+
+func (c *Cluster) submit(w policies.WorkerID, call *traces.Call, open bool) error {
 	e, ok := c.workers[w].engines[call.Model]
 	if !ok {
 		return fmt.Errorf("cluster: worker %d does not hold %s", w, call.Model)
@@ -180,7 +220,7 @@ func (c *Cluster) Submit(w policies.WorkerID, call *traces.Call) error {
 	}
 	// The query's calls share their question as a prompt prefix (a prefix cache reuses it).
 	req := sim.Request{ID: uint64(call.ID), PromptTokens: call.InputTokens, OutputTokens: call.OutputTokens,
-		PrefixKey: uint64(call.Query) + 1, PrefixTokens: call.PrefixTokens}
+		PrefixKey: uint64(call.Query) + 1, PrefixTokens: call.PrefixTokens, Open: open}
 	if err := e.eng.Add(req); err != nil {
 		return fmt.Errorf("call %d (query %d, %s): %w", call.ID, call.Query, call.Model, err)
 	}
