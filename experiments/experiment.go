@@ -163,7 +163,10 @@ type Workload struct {
 	Proposers []string `toml:"proposers"`
 
 	// tree: Shape nodes per layer (9-3-1), each layer's nodes taking Models[layer] in turn.
-	Shape  []int      `toml:"shape"`
+	Shape []int `toml:"shape"`
+	// Dense (tree) makes every node read every node of the layer below: the dense baseline of
+	// Faster-MoA's tree.
+	Dense  bool       `toml:"dense"`
 	Models [][]string `toml:"models"`
 
 	// dag: the graph template.
@@ -371,6 +374,18 @@ type PolicySpec struct {
 	// submit calls before their inputs are done (online, pipeline); the stage-by-stage ones
 	// submit a stage's calls after the previous stage, when there is nothing left to overlap.
 	Overlap bool `toml:"overlap"`
+	// DynamicThreshold replaces the policy's fixed threshold by a load-adaptive one
+	// (policies.DynamicThreshold): skip at high; at low while the aggregating model has at
+	// least backlog calls released and unfinished, for at most budget of the gated calls.
+	DynamicThreshold *DynamicThresholdSpec `toml:"dynamic_threshold"`
+}
+
+// DynamicThresholdSpec is the dynamic_threshold table of a policy.
+type DynamicThresholdSpec struct {
+	High    *float64 `toml:"high"`
+	Low     *float64 `toml:"low"`
+	Backlog int      `toml:"backlog"`
+	Budget  *float64 `toml:"budget"`
 }
 
 // EarlyExitSpec is the early_exit table of a policy.

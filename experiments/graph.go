@@ -34,7 +34,7 @@ var workloadKeys = map[string][]string{
 	KindBatch:   {"kind", "model", "requests", "input_tokens", "output_tokens", "arrival_rate"},
 	KindMoA:     join([]string{"kind", "experts", "experts_per_query", "routing", "trace", "answers"}, questionKeys, arrivalKeys),
 	KindLayered: join([]string{"kind", "layers", "proposers", "gate"}, questionKeys, arrivalKeys),
-	KindTree:    join([]string{"kind", "shape", "models", "gate"}, questionKeys, arrivalKeys),
+	KindTree:    join([]string{"kind", "shape", "models", "gate", "dense"}, questionKeys, arrivalKeys),
 	KindDAG:     join([]string{"kind", "node"}, questionKeys, arrivalKeys),
 }
 
@@ -373,7 +373,7 @@ func (r *Resolved) treeNodes(gate string) ([]traces.NodeSpec, error) {
 	if len(w.Models) != len(w.Shape) {
 		return nil, e.errorf("workload.models", "give one list of models per layer of shape %v (%d), got %d", w.Shape, len(w.Shape), len(w.Models))
 	}
-	spec := traces.TreeSpec{Shape: w.Shape}
+	spec := traces.TreeSpec{Shape: w.Shape, Dense: w.Dense}
 	for l, models := range w.Models {
 		if len(models) == 0 {
 			return nil, e.errorf("workload.models", "layer %d has no models", l+1)

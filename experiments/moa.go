@@ -592,6 +592,23 @@ func (r *Resolved) resolvePolicies(m *GraphWorkload) error {
 			}
 			rule = policies.ConfidenceSkip{Threshold: *p.Threshold}
 		}
+		if x := p.DynamicThreshold; x != nil {
+			if p.Threshold != nil {
+				return e.errorf(key+".dynamic_threshold", "give threshold or dynamic_threshold, not both")
+			}
+			dt := policies.DynamicThreshold{High: 1, Backlog: x.Backlog}
+			if x.High != nil {
+				dt.High = *x.High
+			}
+			if x.Low == nil || x.Budget == nil || x.Backlog == 0 {
+				return e.errorf(key+".dynamic_threshold", "needs low, backlog and budget (e.g. { high = 1.0, low = 0.6667, backlog = 64, budget = 0.2 })")
+			}
+			dt.Low, dt.Budget = *x.Low, *x.Budget
+			if err := dt.Validate(); err != nil {
+				return e.errorf(key+".dynamic_threshold", "%v", err)
+			}
+			rule = dt
+		}
 		label := p.Label
 		if label == "" {
 			label = lower(p.Name)

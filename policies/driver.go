@@ -77,6 +77,9 @@ type Driver struct {
 	// see SetOverlap), and grower is the backend's support for it.
 	overlap bool
 	grower  Grower
+	// decided counts gated calls decided, lowered those a load-aware rule skipped because of
+	// load.
+	decided, lowered int
 }
 
 // Grower is implemented by backends that can prefill a call while its inputs still run:
@@ -497,6 +500,21 @@ func (d *Driver) ref(id int) CallRef {
 		Ready: cs.ready, Inputs: len(c.Inputs), Confidence: cs.confidence, Final: cs.final, Open: cs.open}
 }
 
+// backlog counts the calls of model released and not finished: ready (open ones included)
+// or in flight.
+func (d *Driver) backlog(model string) int {
+	n := 0
+	for _, id := range d.order {
+		if cs := &d.calls[id]; cs.status == callReady && cs.call.Model == model {
+			n++
+		}
+	}
+	for i := range d.ws {
+		n += d.ws[i].inflight[model]
+	}
+	return n
+}
+
 // known is the prompt of call id as far as its finished inputs give it: its own prompt and
 // what they forward (nothing from a failed or cancelled one, the majority's carrier from a
 // skipped one), at least one token.
@@ -600,7 +618,16 @@ func (d *Driver) decide(ch int, now time.Duration, released []CallRef, events *[
 	cs.confidence = traces.Confidence(answers)
 	d.adjustInputs(ch)
 	if cs.call.Gate {
-		dec := d.rule.Decide(answers)
+		var dec Decision
+		if lr, ok := d.rule.(LoadRule); ok {
+			dec = lr.DecideUnder(answers, Backlog{Queued: d.backlog(cs.call.Model), Decided: d.decided, Lowered: d.lowered})
+		} else {
+			dec = d.rule.Decide(answers)
+		}
+		d.decided++
+		if dec.Skip && dec.Lowered {
+			d.lowered++
+		}
 		cs.confidence = dec.Confidence
 		if dec.Skip {
 			if cs.open && cs.status == callSubmitted {

@@ -31,6 +31,8 @@ type Decision struct {
 	Votes int
 	// Confidence is Votes / k, with k inputs.
 	Confidence float64
+	// Lowered says a load-aware rule skipped only because load lowered its threshold.
+	Lowered bool
 }
 
 // ConfidenceSkip is MOSAIC's confidence-aware aggregation: with confidence
@@ -97,4 +99,72 @@ func (e EarlyExit) String() string {
 		s += fmt.Sprintf(" c=%.3g", e.MinConfidence)
 	}
 	return s
+}
+
+// Backlog is what the Driver tells a load-aware rule (LoadRule) when it decides a gated call.
+type Backlog struct {
+	// Queued counts the calls of the gated call's model released and not finished: waiting
+	// for a worker or in flight.
+	Queued int
+	// Decided counts the gated calls decided so far in the run, and Lowered those skipped
+	// only because the rule lowered its threshold under load (Decision.Lowered).
+	Decided, Lowered int
+}
+
+// LoadRule is a Rule whose decision may depend on load. The Driver calls DecideUnder instead
+// of Decide, with the load at the moment of the decision.
+type LoadRule interface {
+	Rule
+	DecideUnder(answers []string, l Backlog) Decision
+}
+
+// DynamicThreshold is a load-adaptive confidence rule (MOSAIC's future work): it skips at the
+// High threshold, and at the Low one while the aggregating model's backlog is at least
+// Backlog calls, as long as the skips below High stay within Budget of the gated calls
+// decided (the accuracy budget: each such skip trades the aggregator's answer on a split
+// vote for the majority's; the accuracy it may cost is Budget times the aggregator's gain
+// over the majority on those votes).
+type DynamicThreshold struct {
+	High, Low float64
+	Backlog   int
+	Budget    float64
+}
+
+// Validate reports an unusable rule.
+func (r DynamicThreshold) Validate() error {
+	switch {
+	case !(r.Low > 0 && r.Low <= r.High):
+		return fmt.Errorf("dynamic threshold: low must be in (0, high], got low %g, high %g", r.Low, r.High)
+	case r.Backlog < 1:
+		return fmt.Errorf("dynamic threshold: backlog must be at least 1, got %d", r.Backlog)
+	case !(r.Budget >= 0 && r.Budget <= 1):
+		return fmt.Errorf("dynamic threshold: budget must be in [0, 1], got %g", r.Budget)
+	}
+	return nil
+}
+
+// Name implements Rule: "skip C>=1, >=0.667 at 64 queued (budget 0.2)".
+func (r DynamicThreshold) Name() string {
+	return fmt.Sprintf("skip C>=%.3g, >=%.3g at %d queued (budget %.3g)", r.High, r.Low, r.Backlog, r.Budget)
+}
+
+// Decide implements Rule: without load it is the High threshold.
+func (r DynamicThreshold) Decide(answers []string) Decision {
+	return ConfidenceSkip{Threshold: r.High}.Decide(answers)
+}
+
+// DecideUnder implements LoadRule.
+func (r DynamicThreshold) DecideUnder(answers []string, l Backlog) Decision {
+	d := ConfidenceSkip{Threshold: r.High}.Decide(answers)
+	if d.Skip || l.Queued < r.Backlog {
+		return d
+	}
+	if float64(l.Lowered+1) > r.Budget*float64(l.Decided+1) {
+		return d // the budget is spent
+	}
+	if low := (ConfidenceSkip{Threshold: r.Low}).Decide(answers); low.Skip {
+		low.Lowered = true
+		return low
+	}
+	return d
 }

@@ -351,6 +351,10 @@ type TreeSpec struct {
 	Shape []int
 	// Layers are the node templates per layer, cycled over the layer's nodes.
 	Layers [][]NodeSpec
+	// Dense builds the all-to-all graph Faster-MoA's tree replaces instead: every layer but
+	// the last as wide as the first (Together-MoA's layers of n proposers), every node reading
+	// every node of the layer below.
+	Dense bool
 }
 
 // Nodes builds the template graph.
@@ -379,6 +383,9 @@ func (s TreeSpec) Nodes() ([]NodeSpec, error) {
 	var nodes []NodeSpec
 	var prev []int
 	for l, count := range s.Shape {
+		if s.Dense && l < len(s.Shape)-1 {
+			count = s.Shape[0]
+		}
 		var cur []int
 		group := 0
 		if l > 0 {
@@ -390,6 +397,9 @@ func (s TreeSpec) Nodes() ([]NodeSpec, error) {
 			n.Inputs = nil
 			if l > 0 {
 				n.Inputs = slices.Clone(prev[j*group : (j+1)*group])
+				if s.Dense {
+					n.Inputs = slices.Clone(prev)
+				}
 				n.Answers = false
 			}
 			cur = append(cur, len(nodes))

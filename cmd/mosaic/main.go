@@ -11,6 +11,7 @@
 //	mosaic plan EXP.toml [--policy mosaic]
 //	mosaic paper [--seeds 5] [--results DIR] [-o table.md] [EXP.toml | RESULTS_DIR]...
 //	mosaic sensitivity [--seeds 3] [-o DIR] [EXP.toml]...
+//	mosaic faster-moa [EXP.toml] [--seed N] [--set key=value ...]
 //	mosaic trace gen|import EXP.toml [-o w.jsonl]
 //	mosaic trace stats W.jsonl
 //	mosaic trace check-votes ANSWERS.csv [--models a,b,c] [--options 4]
@@ -58,6 +59,7 @@ var commands = []command{
 	{"plan", "show the placement and prompt assignment the mosaic policy plans, its bound and gap", runPlan},
 	{"paper", "compare results of the paper experiments with the paper's reported figures", runPaper},
 	{"sensitivity", "move each assumption of an experiment over its plausible range and measure the speedup", runSensitivity},
+	{"faster-moa", "reproduce Faster-MoA's latency reductions: the dense graph, then the tree with each technique", runFasterMoA},
 	{"trace", "generate (gen), import or describe (stats) a Mixture-of-Agents workload", runTrace},
 	{"calibrate", "compare the cost model with measured batch latencies; --fit fits a GPU's coefficients", runCalibrate},
 	{"catalog", "list the built-in GPUs, models and engine presets (gpus, models, engines)", runCatalog},

@@ -92,6 +92,11 @@ type Policy struct {
 	replicas map[string]int  // scratch of swaps
 	// dropped are queued calls cancelled before they were submitted.
 	dropped map[int]bool
+	// Overlap (calls released open): a query's open calls wait in held until every other
+	// call it has released is submitted (unsent counts those not yet), so that an open call
+	// holds a worker only while its inputs are in flight, never while they wait for a worker.
+	held   map[int][]policies.CallRef
+	unsent map[int]int
 }
 
 type worker struct {
@@ -184,6 +189,7 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 	}
 	p.queues = map[string]*queue{}
 	p.dropped = map[int]bool{}
+	p.held, p.unsent = map[int][]policies.CallRef{}, map[int]int{}
 	p.arrival = map[int]time.Duration{}
 	p.meanOut = map[string]float64{}
 	p.limit, p.patient, p.replicas = map[string]int{}, map[string]time.Duration{}, map[string]int{}
@@ -338,25 +344,61 @@ func (p *Policy) load(wk *worker, model string) policies.Action {
 	return policies.Load(wk.id, model)
 }
 
-// enqueue adds released calls to their models' queues.
+// enqueue adds released calls to their models' queues; open ones wait until their query's
+// other calls are submitted.
 func (p *Policy) enqueue(calls []policies.CallRef) {
 	for _, c := range calls {
-		arrival, ok := p.arrival[c.Query]
-		if !ok {
-			arrival = c.Ready
-			p.arrival[c.Query] = arrival
+		if c.Open {
+			p.held[c.Query] = append(p.held[c.Query], c)
+			continue
 		}
-		if c.Final {
-			delete(p.arrival, c.Query) // its last call: the query needs no more ordering
-		}
-		p.released[c.Model]++
-		q := p.queues[c.Model]
-		if len(q.calls) == 0 {
-			q.since = c.Ready
-		}
-		q.seq++
-		heap.Push(q, queued{ref: c, arrival: arrival, seq: q.seq})
+		p.unsent[c.Query]++
+		p.push(c)
 	}
+	for _, c := range calls {
+		p.unhold(c.Query)
+	}
+}
+
+// unhold queues a query's held open calls once none of its other released calls waits.
+func (p *Policy) unhold(q int) {
+	if p.unsent[q] > 0 || len(p.held[q]) == 0 {
+		return
+	}
+	for _, c := range p.held[q] {
+		p.push(c)
+	}
+	delete(p.held, q)
+}
+
+// sent records that call c left its queue (submitted or dropped).
+func (p *Policy) sent(c policies.CallRef) {
+	if c.Open {
+		return
+	}
+	if p.unsent[c.Query]--; p.unsent[c.Query] <= 0 {
+		delete(p.unsent, c.Query)
+		p.unhold(c.Query)
+	}
+}
+
+// push adds a call to its model's queue.
+func (p *Policy) push(c policies.CallRef) {
+	arrival, ok := p.arrival[c.Query]
+	if !ok {
+		arrival = c.Ready
+		p.arrival[c.Query] = arrival
+	}
+	if c.Final {
+		delete(p.arrival, c.Query) // its last call: the query needs no more ordering
+	}
+	p.released[c.Model]++
+	q := p.queues[c.Model]
+	if len(q.calls) == 0 {
+		q.since = c.Ready
+	}
+	q.seq++
+	heap.Push(q, queued{ref: c, arrival: arrival, seq: q.seq})
 }
 
 // OnEvent implements policies.Policy.
@@ -367,6 +409,10 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 		p.enqueue(e.Calls)
 	case policies.EventCancelled:
 		if e.Worker < 0 {
+			if h := p.held[e.Call.Query]; slices.ContainsFunc(h, func(c policies.CallRef) bool { return c.ID == e.Call.ID }) {
+				p.held[e.Call.Query] = slices.DeleteFunc(h, func(c policies.CallRef) bool { return c.ID == e.Call.ID })
+				break
+			}
 			p.dropped[e.Call.ID] = true // skipped when its queue reaches it
 			break
 		}
@@ -420,6 +466,7 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 				break
 			}
 			c := heap.Pop(q).(queued).ref
+			p.sent(c)
 			if p.dropped[c.ID] {
 				delete(p.dropped, c.ID)
 				continue
