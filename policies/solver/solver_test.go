@@ -206,3 +206,149 @@ func TestCurveAt(t *testing.T) {
 	}
 	assert.Equal(t, 5.0, solver.Curve{X: []int{3}, T: []float64{5}}.At(10))
 }
+
+// scaled returns c with every time multiplied by f (a worker f times slower).
+func scaled(c solver.Curve, f float64) solver.Curve {
+	out := solver.Curve{X: append([]int(nil), c.X...)}
+	for _, t := range c.T {
+		out.T = append(out.T, t*f)
+	}
+	return out
+}
+
+// mixedProblem is a random problem on a mixed cluster: the first half of the workers are
+// slow (1.5 to 3x the fast ones' times, loads included), and some workers cannot hold some
+// models.
+func mixedProblem(r *rand.Rand, items, workers, maxCalls int) solver.Problem {
+	p := randomProblem(r, items, workers, maxCalls)
+	slow := 1.5 + 1.5*r.Float64()
+	for i := range p.Items {
+		it := &p.Items[i]
+		it.OnWorker = make([]solver.Cost, workers)
+		it.Fits = make([]bool, workers)
+		for w := range workers {
+			f := 1.0
+			if w < workers/2 {
+				f = slow
+			}
+			it.OnWorker[w] = solver.Cost{Load: it.Load * f, Curve: scaled(it.Curve, f)}
+			it.Fits[w] = w == workers-1 || r.Float64() < 0.8
+		}
+	}
+	return p
+}
+
+// bruteForceMixed is bruteForce with per-worker costs and fits.
+func bruteForceMixed(p solver.Problem) float64 {
+	best := math.Inf(1)
+	t := make([]float64, p.Workers)
+	var rec func(m int)
+	rec = func(m int) {
+		if m == len(p.Items) {
+			best = min(best, maxOf(t))
+			return
+		}
+		it := p.Items[m]
+		R := min(cap(it, p.Workers), it.Calls, p.Workers)
+	sets:
+		for set := 1; set < 1<<p.Workers; set++ {
+			r := bits.OnesCount(uint(set))
+			if r > R {
+				continue
+			}
+			for w := 0; w < p.Workers; w++ {
+				if set&(1<<w) != 0 && !it.Fits[w] {
+					continue sets
+				}
+			}
+			x := (it.Calls + r - 1) / r
+			for w := 0; w < p.Workers; w++ {
+				if set&(1<<w) != 0 {
+					t[w] += it.OnWorker[w].Load + it.OnWorker[w].Curve.At(x)
+				}
+			}
+			rec(m + 1)
+			for w := 0; w < p.Workers; w++ {
+				if set&(1<<w) != 0 {
+					t[w] -= it.OnWorker[w].Load + it.OnWorker[w].Curve.At(x)
+				}
+			}
+		}
+	}
+	rec(0)
+	return best
+}
+
+// With per-worker costs (a mixed cluster) the ILP still finds the optimum of its model, its
+// symmetry breaking between interchangeable workers cuts no optimum, the bound stays below it,
+// and the heuristic's plan is valid.
+func TestILPMatchesBruteForceMixed(t *testing.T) {
+	requireILP(t)
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := 0; i < 25; i++ {
+		p := mixedProblem(r, 1+r.IntN(4), 2+r.IntN(3), 40)
+		plan, err := solver.SolveILP(context.Background(), p)
+		require.NoError(t, err)
+		require.Equal(t, solver.Optimal, plan.Status)
+		bf := bruteForceMixed(p)
+		assert.InDelta(t, bf, plan.ILPMakespan, 1e-6*bf, "instance %d", i)
+		assert.LessOrEqual(t, plan.LowerBound, plan.ILPMakespan+1e-6, "instance %d", i)
+		assert.LessOrEqual(t, solver.WorkBound(p), bf+1e-6, "instance %d: the work bound holds for any plan", i)
+		checkPlan(t, p, plan)
+		checkPlan(t, p, solver.SolveHeuristic(p))
+	}
+}
+
+// On 2 slow and 2 fast workers, the heavy model goes to the fast workers and the light ones
+// to the slow workers, by the ILP and by the heuristic alike, whichever workers are the fast
+// ones: the per-worker costs decide, not the workers' order.
+func TestHeavyModelOnFastWorkers(t *testing.T) {
+	const slow = 2.5
+	for _, fastWorkers := range [][]int{{2, 3}, {0, 1}} {
+		heavy := solver.Item{Name: "Heavy", Calls: 400, Load: 40, Curve: curve(900, 6, 400)}
+		light1 := solver.Item{Name: "Light1", Calls: 400, Load: 30, Curve: curve(20, 1, 400)}
+		light2 := solver.Item{Name: "Light2", Calls: 400, Load: 30, Curve: curve(20, 1, 400)}
+		p := solver.Problem{Workers: 4, Items: []solver.Item{heavy, light1, light2}}
+		for i := range p.Items {
+			it := &p.Items[i]
+			it.OnWorker = make([]solver.Cost, 4)
+			for w := range 4 {
+				f := slow
+				if w == fastWorkers[0] || w == fastWorkers[1] {
+					f = 1
+				}
+				it.OnWorker[w] = solver.Cost{Load: it.Load * f, Curve: scaled(it.Curve, f)}
+			}
+		}
+		plans := []*solver.Plan{solver.SolveHeuristic(p)}
+		if solver.ILPAvailable {
+			plan, err := solver.SolveILP(context.Background(), p)
+			require.NoError(t, err)
+			plans = append(plans, plan)
+		}
+		for _, plan := range plans {
+			checkPlan(t, p, plan)
+			onFast := plan.Counts[0][fastWorkers[0]] + plan.Counts[0][fastWorkers[1]]
+			assert.Equal(t, 400, onFast, "fast workers %v, %s: every heavy call on a fast worker: %v", fastWorkers, plan.Status, plan.Counts)
+		}
+	}
+}
+
+func TestMixedProblemValidation(t *testing.T) {
+	c := curve(1, 1, 3)
+	p := solver.Problem{Workers: 2, Items: []solver.Item{{Name: "M", Calls: 3, OnWorker: []solver.Cost{{Load: 1, Curve: c}}}}}
+	assert.EqualError(t, p.Validate(), "solver: item M: per-worker lists must have 2 entries")
+	p.Items[0].OnWorker = []solver.Cost{{Load: 1, Curve: c}, {Load: 1}}
+	assert.EqualError(t, p.Validate(), "solver: item M on worker 1: curve needs as many times as breakpoints, at least one")
+	// A worker the model does not fit needs no cost.
+	p.Items[0].Fits = []bool{true, false}
+	require.NoError(t, p.Validate())
+	p.Items[0].OnWorker[0].Load = -1
+	assert.EqualError(t, p.Validate(), "solver: item M on worker 0: load time -1")
+}
+
+func TestStatusDescribe(t *testing.T) {
+	assert.Equal(t, "optimal", solver.Optimal.Describe())
+	assert.Equal(t, "best found (time limit)", solver.TimeLimit.Describe())
+	assert.Equal(t, "heuristic", solver.Heuristic.Describe())
+}
