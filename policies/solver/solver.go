@@ -46,12 +46,16 @@ type Curve struct {
 	T []float64
 }
 
-// At returns the time to serve x calls (0 for x <= 0).
+// At returns the time to serve x calls (0 for x <= 0; +Inf for x > 0 on an empty curve: a
+// worker with no cost for the model cannot serve it).
 func (c Curve) At(x int) float64 {
 	if x <= 0 {
 		return 0
 	}
 	n := len(c.X)
+	if n == 0 {
+		return math.Inf(1)
+	}
 	if x <= c.X[0] || n == 1 {
 		return c.T[0]
 	}
@@ -259,8 +263,14 @@ func (it Item) replicas(workers int) int {
 }
 
 // shareOn is the time a replica of it serves on worker w when the item has r replicas:
-// T_w(ceil(n / r)).
-func (it Item) shareOn(r, w int) float64 { return it.CurveOn(w).At((it.Calls + r - 1) / r) }
+// T_w(ceil(n / r)); 0 on a worker that cannot hold it and has no cost of its own.
+func (it Item) shareOn(r, w int) float64 {
+	c := it.CurveOn(w)
+	if len(c.X) == 0 && !it.allowed(w) {
+		return 0
+	}
+	return c.At((it.Calls + r - 1) / r)
+}
 
 // bestTime is the least time one replica of x calls takes, load included, on any worker that
 // may hold the item (every worker's, on identical workers).

@@ -231,8 +231,10 @@ func mixedProblem(r *rand.Rand, items, workers, maxCalls int) solver.Problem {
 			if w < workers/2 {
 				f = slow
 			}
-			it.OnWorker[w] = solver.Cost{Load: it.Load * f, Curve: scaled(it.Curve, f)}
 			it.Fits[w] = w == workers-1 || r.Float64() < 0.8
+			if it.Fits[w] { // a worker that cannot hold the model has no cost for it
+				it.OnWorker[w] = solver.Cost{Load: it.Load * f, Curve: scaled(it.Curve, f)}
+			}
 		}
 	}
 	return p
