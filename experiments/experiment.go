@@ -87,8 +87,10 @@ type Engine struct {
 	ChunkedPrefill       *bool   `toml:"chunked_prefill"`
 	GPUMemoryUtilization float64 `toml:"gpu_memory_utilization"`
 	BlockSize            int     `toml:"block_size"`
-	// PrefixCaching records whether the engine caches prompt prefixes. The simulated engine
-	// does not model caching yet, and replay's launched servers follow [replay] prefix_caching.
+	// PrefixCaching turns on vLLM's automatic prefix caching (default: the preset's; off
+	// without one): the calls of a query share their question as a prompt prefix
+	// (traces.Call.PrefixTokens), and an engine reuses the KV blocks of a prefix it computed.
+	// Replay's launched servers follow it unless [replay] prefix_caching says otherwise.
 	PrefixCaching *bool `toml:"prefix_caching"`
 	// IterationOverheadMS and PerSeqOverheadMS replace the engine's CPU overheads per
 	// iteration and per sequence (milliseconds).
@@ -337,10 +339,10 @@ type Replay struct {
 	TimeScale float64 `toml:"time_scale"`
 	// Telemetry samples GPUs through NVML every this often (default 1s; "0s" turns it off).
 	Telemetry *time.Duration `toml:"telemetry"`
-	// PrefixCaching is "off" (default: launched servers get --no-enable-prefix-caching and
-	// prefill every prompt token, as the simulator models them) or "workload" (they keep
-	// vLLM's automatic prefix caching, which then serves exactly the prefixes the workload's
-	// calls share).
+	// PrefixCaching is "off" (launched servers get --no-enable-prefix-caching and prefill
+	// every prompt token) or "workload" (they keep vLLM's automatic prefix caching, which then
+	// serves exactly the prefixes the workload's calls share); default: as [engine]
+	// prefix_caching, so that replay measures what the simulator models.
 	PrefixCaching string `toml:"prefix_caching"`
 	// AdmissionPoll is how often, in the experiment's time, a busy server's /metrics are read
 	// to tell when its calls leave the waiting queue (calls.csv start_s; default "0.5s";
@@ -374,6 +376,23 @@ type PolicySpec struct {
 	// MaxInFlight caps the online policy's calls in flight per worker (default: the engine's
 	// max_num_seqs).
 	MaxInFlight int `toml:"max_in_flight"`
+	// EarlyExit turns on Faster-MoA's runtime early exit for this policy's run (any policy):
+	// once MinFinished of a gated call's inputs have answered and their top answer has the
+	// Agreement share, the rest are cancelled (see policies.EarlyExit).
+	EarlyExit *EarlyExitSpec `toml:"early_exit"`
+	// Overlap turns on Faster-MoA's prefill-decode overlap for this policy's run: a call that
+	// reads others is released when its query arrives and, once submitted, prefills its prompt
+	// as its inputs finish (see policies.Driver.SetOverlap). It speeds up the policies that
+	// submit calls before their inputs are done (online, pipeline); the stage-by-stage ones
+	// submit a stage's calls after the previous stage, when there is nothing left to overlap.
+	Overlap bool `toml:"overlap"`
+}
+
+// EarlyExitSpec is the early_exit table of a policy.
+type EarlyExitSpec struct {
+	Agreement     *float64 `toml:"agreement"`
+	MinFinished   int      `toml:"min_finished"`
+	MinConfidence float64  `toml:"min_confidence"`
 }
 
 // Dist is a length distribution: {dist = "fixed", value = N}, {dist = "lognormal", mean = M,

@@ -47,6 +47,10 @@ type ResolvedPolicy struct {
 	Label string
 	Name  string
 	Rule  policies.Rule
+	// Exit is the run's early exit (nil: none).
+	Exit *policies.EarlyExit
+	// Overlap turns on prefill-decode overlap.
+	Overlap bool
 	// New builds a fresh policy value for one run.
 	New func() policies.Policy
 }
@@ -612,9 +616,39 @@ func (r *Resolved) resolvePolicies(m *GraphWorkload) error {
 		if err != nil {
 			return err
 		}
-		m.Policies = append(m.Policies, ResolvedPolicy{Label: label, Name: lower(p.Name), Rule: rule, New: newPolicy})
+		exit, err := earlyExit(e, key, p.EarlyExit)
+		if err != nil {
+			return err
+		}
+		m.Policies = append(m.Policies, ResolvedPolicy{Label: label, Name: lower(p.Name), Rule: rule, Exit: exit, Overlap: p.Overlap, New: newPolicy})
 	}
 	return nil
+}
+
+// earlyExit resolves a policy's early_exit table (nil when absent). Defaults: min_finished 2.
+func earlyExit(e *Experiment, key string, x *EarlyExitSpec) (*policies.EarlyExit, error) {
+	if x == nil {
+		return nil, nil
+	}
+	key += ".early_exit"
+	if x.Agreement == nil {
+		return nil, e.errorf(key+".agreement", "missing: the share of the finished answers that must agree (1: all of them)")
+	}
+	ee := policies.EarlyExit{Agreement: *x.Agreement, MinFinished: x.MinFinished, MinConfidence: x.MinConfidence}
+	if !e.has(key + ".min_finished") {
+		ee.MinFinished = 2
+	}
+	if err := ee.Validate(); err != nil {
+		field := "agreement"
+		switch {
+		case ee.MinFinished < 1:
+			field = "min_finished"
+		case !(ee.MinConfidence >= 0 && ee.MinConfidence <= 1):
+			field = "min_confidence"
+		}
+		return nil, e.errorf(key+"."+field, "%v", err)
+	}
+	return &ee, nil
 }
 
 // errorf on the resolved experiment.

@@ -331,3 +331,30 @@ func TestLoadTimeKeys(t *testing.T) {
 	_, err = resolve(t, moa+"\n[engine]\nstartup_s = -1\n")
 	assert.ErrorContains(t, err, "engine.startup_s: must not be negative, got -1")
 }
+
+// A policy's early_exit: cancelled calls in the summary and calls.csv, and clear key errors.
+func TestEarlyExitKey(t *testing.T) {
+	src := strings.Replace(moa, "[[policy]]\nname = \"data-parallel\"\n", "[[policy]]\nname = \"data-parallel\"\nearly_exit = { agreement = 1.0 }\n", 1)
+	src = strings.Replace(src, "experts_per_query = 2", "experts_per_query = 3", 1)
+	run := simulate(t, src)
+	require.Len(t, run.Summaries, 2)
+	dp := run.Summaries[1]
+	assert.Equal(t, "skip C>=1, exit a=1 n=2", dp.Rule)
+	assert.Positive(t, dp.CancelledCalls)
+	cancelled := 0
+	for _, c := range experiments.CallRows(run.Results) {
+		if c.Status == "cancelled" {
+			cancelled++
+			assert.Equal(t, "data-parallel", c.Policy)
+		}
+	}
+	assert.Equal(t, dp.CancelledCalls, cancelled)
+	for _, tc := range []struct{ from, to, want string }{
+		{"early_exit = { agreement = 1.0 }", "early_exit = { min_finished = 2 }", "policy[1].early_exit.agreement: missing"},
+		{"early_exit = { agreement = 1.0 }", "early_exit = { agreement = 1.5 }", "policy[1].early_exit.agreement: early exit: agreement must be in (0, 1], got 1.5"},
+		{"early_exit = { agreement = 1.0 }", "early_exit = { agreement = 1.0, min_finished = 0 }", "policy[1].early_exit.min_finished: early exit: min_finished must be at least 1"},
+	} {
+		_, err := resolve(t, strings.Replace(src, tc.from, tc.to, 1))
+		assert.ErrorContains(t, err, tc.want)
+	}
+}

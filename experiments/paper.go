@@ -16,9 +16,9 @@ import (
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
-// PaperReference holds the MOSAIC paper's reported figures (experiments/paper/reference.toml).
+// PaperReference holds the MOSAIC paper's reported figures (experiments/reference/mosaic-paper.toml).
 //
-//go:embed paper/reference.toml
+//go:embed reference/mosaic-paper.toml
 var PaperReference []byte
 
 // Reference is one dataset's reported figures.
@@ -257,7 +257,7 @@ func experimentsOf(refs []Reference) string {
 // LoadReferences reads a reference file, or the embedded one when path is "".
 func LoadReferences(path string) ([]Reference, error) {
 	if path == "" {
-		return ParseReferences("experiments/paper/reference.toml", PaperReference)
+		return ParseReferences("experiments/reference/mosaic-paper.toml", PaperReference)
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {

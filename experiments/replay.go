@@ -70,7 +70,9 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 		return cfg, err
 	}
 	switch rp.PrefixCaching {
-	case "", "off":
+	case "":
+		cfg.PrefixCaching = len(r.Models) > 0 && r.Models[0].PrefixCaching
+	case "off":
 	case "workload":
 		cfg.PrefixCaching = true
 	default:
@@ -550,6 +552,8 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 			return nil, err
 		}
 		d.CallDone = record
+		d.SetEarlyExit(p.Exit)
+		d.SetOverlap(p.Overlap)
 		slog.Info("replaying", "policy", p.Label, "cluster", r.ClusterString(), "resumed_calls", len(finished))
 		res, err := d.Run(ctx)
 		be.Close()

@@ -34,7 +34,8 @@ type ResolvedModel struct {
 	Forward traces.LengthDist
 	// Memory is the fraction of a worker's memory the model's engine takes.
 	Memory float64
-	// PrefixCaching says whether the engine caches prompt prefixes (carried, not modelled).
+	// PrefixCaching says whether the engine caches prompt prefixes (Engine.PrefixCaching: the
+	// simulator models it; replay launches its servers so by default).
 	PrefixCaching bool
 }
 
@@ -410,6 +411,7 @@ func (r *Resolved) modelOnGroup(i int, rm *ResolvedModel, eng engineSettings, g 
 	}
 	cfg.NumBlocks = blocks
 	cfg.WatermarkBlocks = blocks / 100
+	cfg.PrefixCaching = eng.prefixCaching
 	return GroupModel{Cost: cm, Engine: cfg}, nil
 }
 

@@ -123,6 +123,8 @@ func (r *Resolved) simulatePolicy(ctx context.Context, p ResolvedPolicy, progres
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", p.Label, err)
 	}
+	d.SetEarlyExit(p.Exit)
+	d.SetOverlap(p.Overlap)
 	if progress != nil {
 		d.Progress = func(done, total int) { progress(p.Label, done, total) }
 	}
@@ -153,7 +155,7 @@ func Summarize(experiment, mode string, seed uint64, slo policies.SLO, results [
 			SpeedupAggregator: speedup(base.AggregatorStage, s.AggregatorStage),
 			SpeedupE2E:        speedup(base.E2E, s.E2E),
 			Accuracy:          s.Accuracy, AccuracyDeltaPP: s.AccuracyDeltaPP, GPUBusyFrac: s.GPUBusyFrac,
-			ModelLoads: s.ModelLoads, FailedCalls: s.FailedCalls, SkippedCalls: s.SkippedCalls,
+			ModelLoads: s.ModelLoads, FailedCalls: s.FailedCalls, SkippedCalls: s.SkippedCalls, CancelledCalls: s.CancelledCalls,
 			MeanE2ELS: s.Latency.Mean, MedianE2ELS: s.Latency.P50, P90E2ELS: s.Latency.P90, P99E2ELS: s.Latency.P99,
 			MeanTTFTS: s.TTFT.Mean, MedianTTFTS: s.TTFT.P50, P90TTFTS: s.TTFT.P90, P99TTFTS: s.TTFT.P99,
 			MeanQueueS: s.Queue.Mean, P99QueueS: s.Queue.P99, RequestThroughput: s.Throughput,
@@ -188,7 +190,7 @@ func CallRows(results []*policies.Result) []traces.CallRow {
 // CallRow is the calls.csv row of one call record.
 func CallRow(policy string, c policies.CallRecord) traces.CallRow {
 	return traces.CallRow{Policy: policy, Query: c.Call.Query, Call: c.Call.ID, Role: c.Call.Role, Layer: c.Call.Layer,
-		Model: c.Call.Model, Worker: int(c.Worker), InputTokens: c.Call.InputTokens, OutputTokens: c.Call.OutputTokens,
+		Model: c.Call.Model, Worker: int(c.Worker), InputTokens: c.Call.InputTokens, OutputTokens: c.Produced,
 		ReadyS: c.Ready.Seconds(), StartS: c.Timing.Started.Seconds(), FirstTokenS: c.Timing.FirstToken.Seconds(),
 		EndS: c.Timing.End.Seconds(), Preemptions: c.Timing.Preemptions, Status: c.Status}
 }
@@ -413,23 +415,30 @@ func (run *Run) WriteTable(w io.Writer) error {
 	if g.Workload.Layers() != 2 {
 		first, second, x1, x2 = "upstream_s", "final_s", "x_up", "x_final"
 	}
-	fmt.Fprintf(w, "%-18s %-14s %10s %10s %10s %7s %7s %7s %9s %8s %8s %6s %5s\n",
-		"policy", "rule", first, second, "e2e_s", x1, x2, "x_e2e", "skipped", "accuracy", "d_acc_pp", "busy", "loads")
-	failed := 0
+	ruleW := 14
+	failed, cancelled := 0, 0
 	for _, s := range run.Summaries {
 		failed += s.FailedCalls
+		cancelled += s.CancelledCalls
+		ruleW = max(ruleW, len(s.Rule))
 	}
+	fmt.Fprintf(w, "%-18s %-*s %10s %10s %10s %7s %7s %7s %9s %8s %8s %6s %5s\n",
+		"policy", ruleW, "rule", first, second, "e2e_s", x1, x2, "x_e2e", "skipped", "accuracy", "d_acc_pp", "busy", "loads")
 	for _, s := range run.Summaries {
 		skipped := 0.0
 		if s.Queries > 0 {
 			skipped = 100 * float64(s.AggregatorSkipped) / float64(s.Queries)
 		}
-		tail := "\n"
+		tail := ""
 		if failed > 0 {
-			tail = fmt.Sprintf("  %d calls failed\n", s.FailedCalls)
+			tail += fmt.Sprintf("  %d calls failed", s.FailedCalls)
 		}
-		if _, err := fmt.Fprintf(w, "%-18s %-14s %10.1f %10.1f %10.1f %s %s %s %8.1f%% %s %s %6.2f %5d%s",
-			s.Policy, s.Rule, s.ExpertStageS, s.AggregatorStageS, s.E2ES, num(s.SpeedupExpert, "%7.2f"), num(s.SpeedupAggregator, "%7.2f"),
+		if cancelled > 0 {
+			tail += fmt.Sprintf("  %d cancelled", s.CancelledCalls)
+		}
+		tail += "\n"
+		if _, err := fmt.Fprintf(w, "%-18s %-*s %10.1f %10.1f %10.1f %s %s %s %8.1f%% %s %s %6.2f %5d%s",
+			s.Policy, ruleW, s.Rule, s.ExpertStageS, s.AggregatorStageS, s.E2ES, num(s.SpeedupExpert, "%7.2f"), num(s.SpeedupAggregator, "%7.2f"),
 			num(s.SpeedupE2E, "%7.2f"), skipped, num(s.Accuracy, "%8.4f"), num(s.AccuracyDeltaPP, "%+8.2f"), s.GPUBusyFrac, s.ModelLoads, tail); err != nil {
 			return err
 		}

@@ -24,11 +24,15 @@ type TornadoBar struct {
 	Low, High               float64
 }
 
-// Swing is how far the speedup moves across the assumption's range.
-func (b TornadoBar) Swing() float64 { return math.Abs(b.High - b.Low) }
+// Swing is how far the speedup moves across the assumption's range, the base included: both
+// ends can fall on the same side of it.
+func (b TornadoBar) Swing(base float64) float64 {
+	return max(b.Low, b.High, base) - min(b.Low, b.High, base)
+}
 
 // Tornado is one experiment's sensitivity analysis: the base speedup (every assumption as the
-// file has it), the paper's (NaN when unknown), and one bar per assumption, largest swing first.
+// file has it), the paper's (NaN when unknown), and one bar per assumption, largest swing (from
+// the base) first.
 type Tornado struct {
 	Experiment  string
 	Base, Paper float64
@@ -69,7 +73,7 @@ func TornadoData(rows []traces.SensitivityRow) []Tornado {
 				t.Bars = append(t.Bars, b)
 			}
 		}
-		slices.SortStableFunc(t.Bars, func(x, y TornadoBar) int { return cmp.Compare(y.Swing(), x.Swing()) })
+		slices.SortStableFunc(t.Bars, func(x, y TornadoBar) int { return cmp.Compare(y.Swing(t.Base), x.Swing(t.Base)) })
 		out = append(out, t)
 	}
 	return out

@@ -39,7 +39,9 @@ func TestTornadoData(t *testing.T) {
 	assert.InDelta(t, 1.6, tn.Bars[0].Low, 1e-12)
 	assert.InDelta(t, 2.6, tn.Bars[0].High, 1e-12)
 	assert.Equal(t, "slow", tn.Bars[0].LowSetting)
-	assert.InDelta(t, 0.2, tn.Bars[1].Swing(), 1e-12)
+	assert.InDelta(t, 0.2, tn.Bars[1].Swing(tn.Base), 1e-12)
+	one := plots.TornadoBar{Low: 1.9, High: 2.0}
+	assert.InDelta(t, 0.3, one.Swing(2.2), 1e-12, "both ends below the base: the swing reaches the base")
 }
 
 // A sensitivity folder (sensitivity.csv, no summary.csv) renders one tornado per experiment.

@@ -28,16 +28,21 @@ type WorkerID int
 // Backend executes work on workers and reports what happened. sim/cluster advances a virtual
 // clock; replay talks to inference servers and funnels their completions into one channel.
 //
-// Contract: Load, Unload, Submit and WakeAt return at once; each Load completes later with one
-// EventLoaded (or EventFailed), each Unload with one EventUnloaded, each Submit with one
-// EventDone (or EventFailed), each WakeAt with one EventTimer. Next blocks until the next event
-// and returns events in non-decreasing At order; it returns ErrIdle when nothing is pending.
-// The Driver calls a Backend from one goroutine only.
+// Contract: Load, Unload, Submit, Cancel and WakeAt return at once; each Load completes later
+// with one EventLoaded (or EventFailed), each Unload with one EventUnloaded, each Submit with
+// one EventDone, EventFailed or, once Cancel was asked for it, EventCancelled (a call that
+// finished before the cancellation took effect still reports EventDone), each WakeAt with one
+// EventTimer. Cancel stops a submitted call at the engine's next iteration and frees its KV
+// cache, as an inference server aborts a request whose client went away; EventCancelled
+// carries the output tokens it produced. Next blocks until the next event and returns events
+// in non-decreasing At order; it returns ErrIdle when nothing is pending. The Driver calls a
+// Backend from one goroutine only.
 type Backend interface {
 	Now() time.Duration
 	Load(w WorkerID, model string) error
 	Unload(w WorkerID, model string) error
 	Submit(w WorkerID, c *traces.Call) error
+	Cancel(w WorkerID, call int) error
 	WakeAt(t time.Duration)
 	Next(ctx context.Context) (Event, error)
 }
@@ -62,9 +67,13 @@ const (
 	EventReleased
 	// EventSkipped: the rule skipped a gated call (Event.Call) of query Event.Query.
 	EventSkipped
+	// EventCancelled: a call (Event.Call) was cancelled, by the policy (ActCancel) or by an
+	// early exit: a submitted one stopped on Event.Worker after producing Event.Produced
+	// output tokens; one never submitted (Event.Worker -1) will not run.
+	EventCancelled
 )
 
-var eventNames = [...]string{"loaded", "unloaded", "done", "failed", "timer", "released", "skipped"}
+var eventNames = [...]string{"loaded", "unloaded", "done", "failed", "timer", "released", "skipped", "cancelled"}
 
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) {
@@ -88,8 +97,22 @@ type Event struct {
 	Calls []CallRef
 	// Query is the query of EventSkipped's call.
 	Query int
+	// Produced is the output tokens a cancelled call produced before it stopped.
+	Produced int
 	// Err says why a load or call failed.
 	Err error
+}
+
+// Ends reports whether the event ends a submitted call on its worker: done, failed, or
+// cancelled after it was submitted.
+func (e Event) Ends() bool {
+	switch e.Kind {
+	case EventDone, EventFailed:
+		return e.Call != nil
+	case EventCancelled:
+		return e.Worker >= 0
+	}
+	return false
 }
 
 // CallTiming is when a call went through a worker. All times are in the experiment's time base
@@ -136,6 +159,10 @@ type CallRef struct {
 	// Final marks a final call of its query that reads others: the final stage (a MoA query's
 	// aggregator).
 	Final bool
+	// Open marks a call released before its inputs finished (prefill-decode overlap,
+	// Driver.SetOverlap): submitted now, its worker prefills its prompt as they finish;
+	// InputTokens is then the prompt it will have if they all run.
+	Open bool
 }
 
 // ActionKind says what an Action asks for.
@@ -152,6 +179,9 @@ const (
 	// ActWake asks for an EventTimer at time At (at once if At is past): the hook of policies
 	// that re-plan periodically.
 	ActWake
+	// ActCancel cancels call CallID, ready or submitted: it will not run, or stops where it
+	// is. The calls that read it see it as finished without an answer.
+	ActCancel
 )
 
 // Action is a decision of a Policy.
@@ -169,6 +199,9 @@ func Unload(w WorkerID, model string) Action { return Action{Kind: ActUnload, Wo
 func Submit(w WorkerID, call int) Action     { return Action{Kind: ActSubmit, Worker: w, CallID: call} }
 func WakeAt(t time.Duration) Action          { return Action{Kind: ActWake, At: t} }
 
+// Cancel builds an ActCancel action.
+func Cancel(call int) Action { return Action{Kind: ActCancel, CallID: call} }
+
 func (a Action) String() string {
 	switch a.Kind {
 	case ActLoad:
@@ -177,6 +210,8 @@ func (a Action) String() string {
 		return fmt.Sprintf("unload %s from worker %d", a.Model, a.Worker)
 	case ActWake:
 		return fmt.Sprintf("wake at %v", a.At)
+	case ActCancel:
+		return fmt.Sprintf("cancel call %d", a.CallID)
 	default:
 		return fmt.Sprintf("submit call %d to worker %d", a.CallID, a.Worker)
 	}

@@ -63,7 +63,45 @@ type Driver struct {
 	// models without serving anything is thrashing, and fails the run instead of running
 	// forever.
 	loadsIdle int
+	// derived are events the Driver caused while carrying out actions (a cancellation
+	// releases or skips calls), delivered to the policy once the actions are done.
+	derived []Event
+	// exit is the early-exit rule of gated calls (nil: none).
+	exit *EarlyExit
+	// fatal is the first error of a backend call made while propagating (a Cancel).
+	fatal error
+	// stopping counts cancelled calls their backend has not yet reported stopped: the run
+	// waits for them, so that their GPU time is accounted.
+	stopping int
+	// overlap releases calls with inputs when their query arrives (prefill-decode overlap;
+	// see SetOverlap), and grower is the backend's support for it.
+	overlap bool
+	grower  Grower
 }
+
+// Grower is implemented by backends that can prefill a call while its inputs still run:
+// prefill-decode overlap (Faster-MoA). The simulated cluster holds the call as an engine
+// sequence whose prompt grows; replay approximates it with the server's prefix cache.
+type Grower interface {
+	// SubmitOpen submits a call of which only c.InputTokens prompt tokens are known so far
+	// (its own prompt and the outputs of the inputs already done): the worker prefills them
+	// and holds the call.
+	SubmitOpen(w WorkerID, c *traces.Call) error
+	// Grow appends tokens (a finished input's forwarded output) to open call id's prompt;
+	// close says every input is in: the call then prefills the rest and decodes.
+	Grow(w WorkerID, id int, tokens int, close bool) error
+}
+
+// SetOverlap turns on prefill-decode overlap (Faster-MoA): every LLM call that reads others is
+// released, marked CallRef.Open, as soon as its query arrives, and a policy that submits it
+// then has its prompt prefilled on the worker as its inputs finish, so that it starts decoding
+// soon after the last one. A gated call submitted open and then skipped by its rule is
+// cancelled on its worker. The backend must implement Grower. Call it before Run.
+func (d *Driver) SetOverlap(on bool) { d.overlap = on }
+
+// SetEarlyExit turns on Faster-MoA's runtime early exit for gated calls (see EarlyExit); nil
+// turns it off. Call it before Run.
+func (d *Driver) SetEarlyExit(e *EarlyExit) { d.exit = e }
 
 type counts struct{ expected, remaining int }
 
@@ -75,12 +113,21 @@ const (
 	callSubmitted
 	callDone
 	callFailed
-	callSkipped // a gated call the rule skipped
-	callTool    // a tool step under way
+	callSkipped    // a gated call the rule skipped
+	callTool       // a tool step under way
+	callCancelling // submitted, then cancelled: the backend has not yet reported it stopped
+	callCancelled  // cancelled: it will not run, or stopped where it was
 )
 
 func (s callStatus) String() string {
-	return [...]string{"not released", "ready", "already submitted", "done", "failed", "skipped", "a tool step under way"}[s]
+	return [...]string{"not released", "ready", "already submitted", "done", "failed", "skipped", "a tool step under way",
+		"cancelled (stopping)", "cancelled"}[s]
+}
+
+// finished reports whether the status is final for the calls that read it: done, failed,
+// skipped or cancelled.
+func (s callStatus) finished() bool {
+	return s == callDone || s == callFailed || s == callSkipped || s == callCancelling || s == callCancelled
 }
 
 type callState struct {
@@ -100,6 +147,18 @@ type callState struct {
 	// input that carried its majority answer.
 	pass  int
 	final bool
+	// cancelledAt is when the call was cancelled, and produced the output tokens it had
+	// produced when it stopped (a submitted call's, reported by the backend).
+	cancelledAt time.Duration
+	produced    int
+	// ran says a cancelled call had been submitted (its record goes to the results).
+	ran bool
+	// open says the call was released before its inputs finished (overlap); sent is the
+	// prompt tokens given to its worker so far when it was submitted open, and aborting
+	// that it was skipped after that and its worker has not yet reported it stopped.
+	open     bool
+	sent     int
+	aborting bool
 }
 
 type queryState struct {
@@ -251,6 +310,13 @@ func (d *Driver) addTimer(t timer) {
 
 // Run drives the policy until every query is complete and returns what happened.
 func (d *Driver) Run(ctx context.Context) (*Result, error) {
+	if d.overlap {
+		g, ok := d.backend.(Grower)
+		if !ok {
+			return nil, fmt.Errorf("policy %s: prefill-decode overlap needs a backend that can grow a call's prompt, and %T cannot", d.policy.Name(), d.backend)
+		}
+		d.grower = g
+	}
 	// Queries of the offline batch are ready at the start; later arrivals wake the driver.
 	var released []CallRef
 	for d.arrived < len(d.arrivals) && d.workload.Queries[d.arrivals[d.arrived]].Arrival <= 0 {
@@ -264,10 +330,10 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 	if err != nil {
 		return nil, fmt.Errorf("policy %s: %w", d.policy.Name(), err)
 	}
-	if err := d.apply(acts); err != nil {
+	if err := d.applyAll(acts); err != nil {
 		return nil, err
 	}
-	for d.pending > 0 {
+	for d.pending > 0 || d.stopping > 0 {
 		ev, err := d.backend.Next(ctx)
 		if errors.Is(err, ErrIdle) {
 			return nil, d.stalled()
@@ -276,21 +342,40 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 			return nil, err
 		}
 		derived, err := d.handle(ev)
+		if err == nil {
+			err = d.fatal
+		}
 		if err != nil {
 			return nil, err
 		}
 		if ev.Kind != EventTimer {
-			if err := d.apply(d.policy.OnEvent(ev, d)); err != nil {
+			if err := d.applyAll(d.policy.OnEvent(ev, d)); err != nil {
 				return nil, err
 			}
 		}
 		for _, de := range derived {
-			if err := d.apply(d.policy.OnEvent(de, d)); err != nil {
+			if err := d.applyAll(d.policy.OnEvent(de, d)); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return d.result(), nil
+}
+
+// applyAll carries out actions, then tells the policy what they caused (a cancellation
+// finishes calls, which releases or skips others), until nothing more follows.
+func (d *Driver) applyAll(acts []Action) error {
+	if err := d.apply(acts); err != nil {
+		return err
+	}
+	for len(d.derived) > 0 {
+		ev := d.derived[0]
+		d.derived = d.derived[1:]
+		if err := d.apply(d.policy.OnEvent(ev, d)); err != nil {
+			return err
+		}
+	}
+	return d.fatal
 }
 
 func (d *Driver) stalled() error {
@@ -301,7 +386,7 @@ func (d *Driver) stalled() error {
 			ready++
 		case callWaiting:
 			waiting++
-		case callSubmitted:
+		case callSubmitted, callCancelling:
 			inflight++
 		}
 	}
@@ -317,6 +402,17 @@ func (d *Driver) arrive(qi int, now time.Duration, out []CallRef) []CallRef {
 			out = d.start(d.first[qi]+i, now, out)
 		}
 	}
+	if d.overlap {
+		for i := range q.Calls {
+			if c := &q.Calls[i]; len(c.Inputs) > 0 && !c.IsTool() {
+				id := d.first[qi] + i
+				cs := &d.calls[id]
+				cs.status, cs.ready, cs.open = callReady, now, true
+				d.order = append(d.order, id)
+				out = append(out, d.ref(id))
+			}
+		}
+	}
 	return out
 }
 
@@ -324,6 +420,15 @@ func (d *Driver) arrive(qi int, now time.Duration, out []CallRef) []CallRef {
 // released (out gains its reference). (Gates are decided before, in settle.)
 func (d *Driver) start(id int, now time.Duration, out []CallRef) []CallRef {
 	cs := &d.calls[id]
+	if cs.open {
+		// Released when its query arrived: it is now an ordinary ready call, or its worker
+		// gets the rest of its prompt.
+		cs.open = false
+		if cs.status == callSubmitted {
+			d.grow(id, true)
+		}
+		return out
+	}
 	if cs.call.IsTool() {
 		cs.status = callTool
 		cs.ready = now
@@ -341,46 +446,84 @@ func (d *Driver) ref(id int) CallRef {
 	cs := &d.calls[id]
 	c := cs.call
 	return CallRef{ID: id, Query: c.Query, Role: c.Role, Layer: c.Layer, Model: c.Model, InputTokens: c.InputTokens,
-		Ready: cs.ready, Inputs: len(c.Inputs), Confidence: cs.confidence, Final: cs.final}
+		Ready: cs.ready, Inputs: len(c.Inputs), Confidence: cs.confidence, Final: cs.final, Open: cs.open}
 }
 
-// inputAnswers returns the answers call id's LLM inputs gave, in input order (a tool step
-// does not vote; an LLM input without an answer votes for nothing).
+// known is the prompt of call id as far as its finished inputs give it: its own prompt and
+// what they forward (nothing from a failed or cancelled one, the majority's carrier from a
+// skipped one), at least one token.
+func (d *Driver) known(id int) int {
+	c := d.calls[id].call
+	base := d.first[c.Query]
+	tokens := c.PromptTokens
+	for _, in := range c.Inputs {
+		switch p := &d.calls[base+in.From]; p.status {
+		case callDone:
+			tokens += in.Tokens
+		case callSkipped:
+			tokens += p.pass
+		}
+	}
+	return max(1, tokens)
+}
+
+// grow gives open-submitted call id's worker the prompt tokens its inputs have added since,
+// and with close, ends its prompt.
+func (d *Driver) grow(id int, close bool) {
+	cs := &d.calls[id]
+	n := d.known(id)
+	if n == cs.sent && !close {
+		return
+	}
+	add := max(0, n-cs.sent)
+	cs.sent += add
+	if err := d.grower.Grow(cs.worker, id, add, close); err != nil && d.fatal == nil {
+		d.fatal = fmt.Errorf("growing the prompt of call %d on worker %d: %w", id, cs.worker, err)
+	}
+}
+
+// inputAnswers returns the answers call id's LLM inputs gave, in input order: a tool step
+// does not vote, nor does an input that was cancelled or has not finished (an early exit went
+// on without it); a failed input votes for nothing.
 func (d *Driver) inputAnswers(id int) []string {
 	c := d.calls[id].call
 	base := d.first[c.Query]
 	out := make([]string, 0, len(c.Inputs))
 	for _, in := range c.Inputs {
-		if p := &d.calls[base+in.From]; !p.call.IsTool() {
+		p := &d.calls[base+in.From]
+		switch {
+		case p.call.IsTool():
+		case p.status == callDone || p.status == callSkipped || p.status == callFailed:
 			out = append(out, p.answer)
 		}
 	}
 	return out
 }
 
-// settle propagates that call id has finished (done, failed or skipped) to the calls that
-// read it and to its query: a child whose inputs are all finished is decided (if gated) and
-// started; skipped children settle in turn.
-func (d *Driver) settle(id int, now time.Duration, released []CallRef, skipped *[]Event) []CallRef {
+// settle propagates that call id has finished (done, failed, skipped or cancelled) to the
+// calls that read it and to its query: a child whose inputs are all finished is decided (if
+// gated) and started; skipped children settle in turn. With an early exit, a gated child whose
+// finished inputs already agree goes on at once, and its unfinished inputs that no other call
+// still waits for are cancelled. events gains the events this causes besides releases.
+func (d *Driver) settle(id int, now time.Duration, released []CallRef, events *[]Event) []CallRef {
+	var exited []int
 	for _, ch := range d.child[d.childAt[id]:d.childAt[id+1]] {
 		cs := &d.calls[ch]
-		cs.waiting--
-		if cs.waiting > 0 {
-			continue
+		if cs.status != callWaiting && !cs.open {
+			continue // released by an early exit, or cancelled
 		}
-		answers := d.inputAnswers(int(ch))
-		cs.confidence = traces.Confidence(answers)
-		d.adjustInputs(int(ch))
-		if cs.call.Gate {
-			dec := d.rule.Decide(answers)
-			cs.confidence = dec.Confidence
-			if dec.Skip {
-				d.skip(int(ch), dec, now, skipped)
-				released = d.settle(int(ch), now, released, skipped)
+		cs.waiting--
+		if cs.waiting > 0 && cs.open && cs.status == callSubmitted {
+			d.grow(int(ch), false)
+		}
+		if cs.waiting > 0 {
+			if d.exit == nil || !cs.call.Gate || !d.exitEarly(int(ch)) {
 				continue
 			}
+			cs.waiting = 0
+			exited = append(exited, int(ch))
 		}
-		released = d.start(int(ch), now, released)
+		released = d.decide(int(ch), now, released, events)
 	}
 	cs := &d.calls[id]
 	if d.childAt[id+1] == d.childAt[id] {
@@ -390,11 +533,111 @@ func (d *Driver) settle(id int, now time.Duration, released []CallRef, skipped *
 			d.completeQuery(cs.call.Query, now)
 		}
 	}
+	for _, ch := range exited {
+		base := d.first[d.calls[ch].call.Query]
+		for _, in := range d.calls[ch].call.Inputs {
+			if p := base + in.From; !d.calls[p].status.finished() && !d.awaited(p) {
+				released = d.cancel(p, now, released, events)
+			}
+		}
+	}
 	return released
 }
 
+// decide puts a child whose inputs are finished (or that exits early) to the rule, and skips
+// or starts it.
+func (d *Driver) decide(ch int, now time.Duration, released []CallRef, events *[]Event) []CallRef {
+	cs := &d.calls[ch]
+	answers := d.inputAnswers(ch)
+	cs.confidence = traces.Confidence(answers)
+	d.adjustInputs(ch)
+	if cs.call.Gate {
+		dec := d.rule.Decide(answers)
+		cs.confidence = dec.Confidence
+		if dec.Skip {
+			if cs.open && cs.status == callSubmitted {
+				// Submitted open, its prefill was for nothing: its worker drops it.
+				cs.aborting = true
+				d.stopping++
+				if err := d.backend.Cancel(cs.worker, ch); err != nil && d.fatal == nil {
+					d.fatal = fmt.Errorf("cancelling skipped call %d on worker %d: %w", ch, cs.worker, err)
+				}
+			}
+			cs.open = false
+			d.skip(ch, dec, now, events)
+			return d.settle(ch, now, released, events)
+		}
+	}
+	return d.start(ch, now, released)
+}
+
+// awaited reports whether some call that reads call id still waits for it.
+func (d *Driver) awaited(id int) bool {
+	for _, ch := range d.child[d.childAt[id]:d.childAt[id+1]] {
+		if d.calls[ch].status == callWaiting || d.calls[ch].open {
+			return true
+		}
+	}
+	return false
+}
+
+// exitEarly reports whether gated call id may go on before all its inputs are done: at least
+// MinFinished of its LLM inputs have answered and their top answer has at least the Agreement
+// share of their answers (and, with MinConfidence, their mean confidence is high enough).
+func (d *Driver) exitEarly(id int) bool {
+	c := d.calls[id].call
+	base := d.first[c.Query]
+	var answers []string
+	conf := 0.0
+	for _, in := range c.Inputs {
+		p := &d.calls[base+in.From]
+		if p.call.IsTool() || (p.status != callDone && p.status != callSkipped) {
+			continue
+		}
+		answers = append(answers, p.answer)
+		conf += p.call.Confidence
+	}
+	if len(answers) < max(1, d.exit.MinFinished) {
+		return false
+	}
+	top, votes := traces.TopAnswer(answers)
+	if top == "" || float64(votes) < d.exit.Agreement*float64(len(answers))-1e-9 {
+		return false
+	}
+	return d.exit.MinConfidence <= 0 || conf/float64(len(answers)) >= d.exit.MinConfidence
+}
+
+// cancel cancels call id where it is: one not yet submitted will not run; a submitted one is
+// stopped by the backend, which reports it later (EventCancelled, or EventDone when it
+// finished first). For the calls that read it, it is finished now, without an answer.
+func (d *Driver) cancel(id int, now time.Duration, released []CallRef, events *[]Event) []CallRef {
+	cs := &d.calls[id]
+	cs.open = false
+	switch cs.status {
+	case callWaiting, callReady, callTool:
+		cs.status = callCancelled
+	case callSubmitted:
+		cs.status, cs.ran = callCancelling, true
+		d.stopping++
+		if err := d.backend.Cancel(cs.worker, id); err != nil && d.fatal == nil {
+			d.fatal = fmt.Errorf("cancelling call %d on worker %d: %w", id, cs.worker, err)
+		}
+	default:
+		return released
+	}
+	cs.cancelledAt = now
+	d.counts(cs.call).expected--
+	d.counts(cs.call).remaining--
+	d.total--
+	if cs.status == callCancelled && !cs.call.IsTool() {
+		ref := d.ref(id)
+		*events = append(*events, Event{Kind: EventCancelled, At: now, Worker: -1, Model: cs.call.Model, Call: &ref})
+	}
+	return d.settle(id, now, released, events)
+}
+
 // skip records that the rule skipped gated call id.
-func (d *Driver) skip(id int, dec Decision, now time.Duration, skipped *[]Event) {
+func (d *Driver) skip(id int, dec Decision, now time.Duration, events *[]Event) {
 	cs := &d.calls[id]
 	cs.status = callSkipped
 	cs.answer = dec.Majority
@@ -411,11 +654,12 @@ func (d *Driver) skip(id int, dec Decision, now time.Duration, skipped *[]Event)
 	d.total--
 	d.queries[c.Query].skipped++
 	ref := d.ref(id)
-	*skipped = append(*skipped, Event{Kind: EventSkipped, At: now, Query: c.Query, Call: &ref})
+	*events = append(*events, Event{Kind: EventSkipped, At: now, Query: c.Query, Call: &ref})
 }
 
 // adjustInputs gives call id a prompt of what its inputs really forward: nothing from a
-// failed input, and from a skipped one the response that carried its majority answer. The
+// failed, cancelled or unfinished input, and from a skipped one the response that carried its
+// majority answer. The
 // workload's call is shared, so a changed call becomes the Driver's copy.
 func (d *Driver) adjustInputs(id int) {
 	cs := &d.calls[id]
@@ -424,11 +668,10 @@ func (d *Driver) adjustInputs(id int) {
 	tokens := c.PromptTokens
 	for _, in := range c.Inputs {
 		switch p := &d.calls[base+in.From]; p.status {
-		case callFailed:
+		case callDone:
+			tokens += in.Tokens
 		case callSkipped:
 			tokens += p.pass
-		default:
-			tokens += in.Tokens
 		}
 	}
 	if tokens != c.InputTokens && !c.IsTool() {
@@ -457,7 +700,7 @@ func (d *Driver) completeQuery(qi int, now time.Duration) {
 	var answers []string
 	for i := range q.Calls {
 		id := d.first[qi] + i
-		if d.childAt[id+1] == d.childAt[id] {
+		if st := d.calls[id].status; d.childAt[id+1] == d.childAt[id] && st != callCancelled && st != callCancelling {
 			answers = append(answers, d.calls[id].answer)
 		}
 	}
@@ -499,7 +742,21 @@ func (d *Driver) handle(ev Event) ([]Event, error) {
 			}
 			return nil, errors.New("backend reported a finished call without the call")
 		}
+		if id := ev.Call.ID; id >= 0 && id < len(d.calls) && d.calls[id].aborting {
+			return nil, d.dropped(id)
+		}
+		if id := ev.Call.ID; id >= 0 && id < len(d.calls) && d.calls[id].status == callCancelling {
+			return nil, d.stopped(&ev)
+		}
 		return d.finish(&ev)
+	case EventCancelled:
+		if ev.Call != nil && ev.Call.ID >= 0 && ev.Call.ID < len(d.calls) && d.calls[ev.Call.ID].aborting {
+			return nil, d.dropped(ev.Call.ID)
+		}
+		if ev.Call == nil || ev.Call.ID < 0 || ev.Call.ID >= len(d.calls) || d.calls[ev.Call.ID].status != callCancelling {
+			return nil, fmt.Errorf("backend reported a call cancelled that was not being cancelled (%+v)", ev.Call)
+		}
+		return nil, d.stopped(&ev)
 	}
 	return nil, fmt.Errorf("backend sent unexpected %s event", ev.Kind)
 }
@@ -524,6 +781,9 @@ func (d *Driver) timersDue(now time.Duration) ([]Event, error) {
 			}
 		case timerTool:
 			cs := &d.calls[t.id]
+			if cs.status != callTool {
+				continue // cancelled
+			}
 			cs.status = callDone
 			cs.answer = cs.call.Answer
 			cs.timing.End = t.at
@@ -558,11 +818,15 @@ func (d *Driver) record(id int) {
 }
 
 func (d *Driver) callRecord(cs *callState) CallRecord {
-	st := "done"
-	if cs.status == callFailed {
-		st = "failed"
+	st, produced := "done", cs.call.OutputTokens
+	switch cs.status {
+	case callFailed:
+		st = "failed" // what it produced is unknown: the tokens asked for stand
+	case callCancelled, callCancelling:
+		st, produced = "cancelled", cs.produced
 	}
-	return CallRecord{Call: cs.call, Worker: cs.worker, Ready: cs.ready, Timing: cs.timing, Status: st, Err: cs.err, Final: cs.final}
+	return CallRecord{Call: cs.call, Worker: cs.worker, Ready: cs.ready, Timing: cs.timing, Status: st, Err: cs.err, Final: cs.final,
+		Produced: produced}
 }
 
 func (d *Driver) finish(ev *Event) ([]Event, error) {
@@ -600,6 +864,38 @@ func (d *Driver) finish(ev *Event) ([]Event, error) {
 	return out, nil
 }
 
+// stopped records that a cancelled call left its worker: stopped (EventCancelled), or done or
+// failed before the cancellation took effect. The calls that read it went on without it when
+// it was cancelled, so its answer is not used.
+func (d *Driver) stopped(ev *Event) error {
+	id := ev.Call.ID
+	cs := &d.calls[id]
+	cs.status = callCancelled
+	d.stopping--
+	cs.timing = ev.Timing
+	cs.produced = ev.Produced
+	if ev.Kind == EventDone {
+		cs.produced = cs.call.OutputTokens
+	}
+	ref := d.ref(id)
+	ev.Call = &ref
+	ev.Worker = cs.worker
+	d.loadsIdle = 0
+	d.ws[cs.worker].inflight[cs.call.Model]--
+	d.record(id)
+	return nil
+}
+
+// dropped records that a call skipped after it was submitted open has left its worker.
+func (d *Driver) dropped(id int) error {
+	cs := &d.calls[id]
+	cs.aborting = false
+	d.stopping--
+	d.loadsIdle = 0
+	d.ws[cs.worker].inflight[cs.call.Model]--
+	return nil
+}
+
 // apply checks and carries out actions.
 func (d *Driver) apply(acts []Action) error {
 	for _, a := range acts {
@@ -617,6 +913,23 @@ func (d *Driver) do(a Action) error {
 		}
 		d.addTimer(timer{at: a.At, kind: timerPolicy})
 		return nil
+	}
+	if a.Kind == ActCancel {
+		if a.CallID < 0 || a.CallID >= len(d.calls) {
+			return errors.New("no such call")
+		}
+		switch st := d.calls[a.CallID].status; st {
+		case callWaiting, callReady, callSubmitted, callTool:
+		default:
+			return fmt.Errorf("the call is %s", st)
+		}
+		var events []Event
+		released := d.cancel(a.CallID, d.backend.Now(), nil, &events)
+		d.derived = append(d.derived, events...)
+		if len(released) > 0 {
+			d.derived = append(d.derived, Event{Kind: EventReleased, At: d.backend.Now(), Calls: released})
+		}
+		return d.fatal
 	}
 	if a.Worker < 0 || int(a.Worker) >= d.workers {
 		return fmt.Errorf("no worker %d (the cluster has %d)", a.Worker, d.workers)
@@ -668,7 +981,14 @@ func (d *Driver) do(a Action) error {
 		if !d.holds(a.Worker, cs.call.Model) {
 			return fmt.Errorf("the worker does not hold %s", cs.call.Model)
 		}
-		if err := d.backend.Submit(a.Worker, cs.call); err != nil {
+		if cs.open {
+			cp := *cs.call
+			cp.InputTokens = d.known(a.CallID)
+			if err := d.grower.SubmitOpen(a.Worker, &cp); err != nil {
+				return err
+			}
+			cs.sent = cp.InputTokens
+		} else if err := d.backend.Submit(a.Worker, cs.call); err != nil {
 			return err
 		}
 		cs.status = callSubmitted

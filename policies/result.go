@@ -24,9 +24,13 @@ type CallRecord struct {
 	Worker WorkerID
 	Ready  time.Duration
 	Timing CallTiming
-	// Status is "done" or "failed"; Err says why a call failed.
+	// Status is "done", "failed" or "cancelled" (a call stopped before its end); Err says why
+	// a call failed.
 	Status string
 	Err    string
+	// Produced is the output tokens the call produced: all of them when done, those before
+	// it stopped when cancelled (a failed call: those asked for).
+	Produced int
 	// Final marks a final call of its query that reads others (the final stage).
 	Final bool
 }
@@ -73,6 +77,12 @@ type Result struct {
 
 func (d *Driver) result() *Result {
 	r := &Result{Policy: d.policy.Name(), Rule: d.rule.Name(), Threshold: nan(), Workers: d.workers, Loads: d.loads}
+	if d.exit != nil {
+		r.Rule += ", " + d.exit.String()
+	}
+	if d.overlap {
+		r.Rule += ", overlap"
+	}
 	if cs, ok := d.rule.(ConfidenceSkip); ok {
 		r.Threshold = cs.Threshold
 		if cs.Threshold > 1 {
@@ -82,7 +92,7 @@ func (d *Driver) result() *Result {
 	r.Calls = make([]CallRecord, 0, d.done)
 	for i := range d.calls {
 		cs := &d.calls[i]
-		if cs.status == callDone || cs.status == callFailed {
+		if cs.status == callDone || cs.status == callFailed || (cs.status == callCancelled && cs.ran) {
 			r.Calls = append(r.Calls, d.callRecord(cs))
 		}
 	}
@@ -102,10 +112,14 @@ func (d *Driver) result() *Result {
 	return r
 }
 
-// finishedAt is when a finished call ended (a skipped call: when it was decided).
+// finishedAt is when a finished call ended for the calls that read it (a skipped call: when it
+// was decided; a cancelled one: when it was cancelled).
 func (cs *callState) finishedAt() time.Duration {
-	if cs.status == callSkipped {
+	switch cs.status {
+	case callSkipped:
 		return cs.ready
+	case callCancelled, callCancelling:
+		return cs.cancelledAt
 	}
 	return cs.timing.End
 }
@@ -123,7 +137,9 @@ func (d *Driver) outcome(qi int) QueryOutcome {
 			continue
 		}
 		cs := &d.calls[id]
-		voters = append(voters, cs.answer)
+		if cs.status != callCancelled && cs.status != callCancelling {
+			voters = append(voters, cs.answer)
+		}
 		ft := cs.timing.FirstToken
 		if cs.status == callSkipped || ft == 0 {
 			ft = cs.finishedAt()
@@ -178,6 +194,9 @@ type Summary struct {
 	AggregatorSkipped int
 	SkippedCalls      int
 	FailedCalls       int
+	// CancelledCalls counts the calls stopped after they were submitted (an early exit, a
+	// policy's cancellation); their GPU time counts, their answers do not.
+	CancelledCalls int
 	// ExpertStage is when the last call before the final stage finished; AggregatorStage the
 	// time from then to the end; E2E when the last call finished.
 	ExpertStage, AggregatorStage, E2E time.Duration
@@ -198,10 +217,14 @@ type Summary struct {
 func (r *Result) Summary() Summary {
 	s := Summary{Queries: len(r.Queries), ModelLoads: len(r.Loads)}
 	for _, c := range r.Calls {
-		if c.Status == "failed" {
-			s.FailedCalls++
-		}
 		s.E2E = max(s.E2E, c.Timing.End)
+		switch c.Status {
+		case "failed":
+			s.FailedCalls++
+		case "cancelled":
+			s.CancelledCalls++
+			continue
+		}
 		if c.Final {
 			if !c.Call.IsTool() {
 				s.AggregatorCalls++

@@ -12,8 +12,9 @@ import (
 // whether the call runs or is skipped, its inputs' majority answer standing for its own.
 //
 // Contract: the Driver calls Decide when every input of the gated call has finished (done,
-// failed or itself skipped), with their answers in input order ("" for a failed input or one
-// without an answer). Decide must be deterministic and must not keep answers.
+// failed, skipped or cancelled) or an early exit let it go on, with the answers of the inputs
+// that answered in input order ("" for a failed input or one without an answer; a cancelled or
+// unfinished input gives none). Decide must be deterministic and must not keep answers.
 type Rule interface {
 	Name() string
 	Decide(answers []string) Decision
@@ -61,4 +62,39 @@ func (r ConfidenceSkip) Decide(answers []string) Decision {
 	// A small tolerance so that T = 2/3 written as 0.6667 or 0.666 still means "two of three".
 	d.Skip = v > 0 && d.Confidence >= r.Threshold-1e-3
 	return d
+}
+
+// EarlyExit is Faster-MoA's runtime early exit (PAPERS.md §2), applied to the inputs of gated
+// calls: as they finish, once at least MinFinished have answered and their top answer has at
+// least the Agreement share of their answers (and, when MinConfidence > 0, the calls' mean
+// traces.Call.Confidence is at least MinConfidence), the gated call goes on with the answers it
+// has and its unfinished inputs that no other call waits for are cancelled (their GPU time
+// stops at the engine's next iteration). The gated call's own rule then decides on the
+// answers it has.
+type EarlyExit struct {
+	Agreement     float64
+	MinFinished   int
+	MinConfidence float64
+}
+
+// Validate reports an unusable early exit.
+func (e EarlyExit) Validate() error {
+	switch {
+	case !(e.Agreement > 0 && e.Agreement <= 1):
+		return fmt.Errorf("early exit: agreement must be in (0, 1], got %g", e.Agreement)
+	case e.MinFinished < 1:
+		return fmt.Errorf("early exit: min_finished must be at least 1, got %d", e.MinFinished)
+	case !(e.MinConfidence >= 0 && e.MinConfidence <= 1):
+		return fmt.Errorf("early exit: min_confidence must be in [0, 1], got %g", e.MinConfidence)
+	}
+	return nil
+}
+
+// String describes the early exit for tables: "exit a=1 n=2" (agreement, min finished).
+func (e EarlyExit) String() string {
+	s := fmt.Sprintf("exit a=%.3g n=%d", e.Agreement, e.MinFinished)
+	if e.MinConfidence > 0 {
+		s += fmt.Sprintf(" c=%.3g", e.MinConfidence)
+	}
+	return s
 }

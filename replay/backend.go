@@ -234,7 +234,9 @@ type Backend struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 
-	wg          sync.WaitGroup // goroutines that start or stop servers
+	wg sync.WaitGroup // goroutines that start or stop servers
+	// warnOverlap warns once that overlap runs without the servers' prefix cache.
+	warnOverlap sync.Once
 	mu          sync.Mutex
 	pending     int
 	servers     map[serverKey]*server
@@ -815,4 +817,7 @@ func (b *Backend) Close() {
 	}
 	wg.Wait()
 	b.wg.Wait()
+	for _, d := range b.dispatchers {
+		d.prefills.Wait()
+	}
 }

@@ -30,6 +30,9 @@ type request struct {
 
 type streamOptions struct {
 	IncludeUsage bool `json:"include_usage"`
+	// ContinuousUsage asks for the usage so far in every chunk (vLLM's
+	// continuous_usage_stats): the tokens a cancelled call had produced.
+	ContinuousUsage bool `json:"continuous_usage_stats,omitempty"`
 }
 
 type chunk struct {
@@ -52,6 +55,9 @@ type completion struct {
 	// stream ended.
 	Sent, Accepted, FirstToken, End time.Time
 	CompletionTokens                int
+	// Streamed is the output tokens received so far: the last usage a chunk carried (with
+	// continuous usage stats), else the chunks that carried text.
+	Streamed int
 }
 
 // errRetryable marks failures worth another try: refused connections, 5xx, timeouts, a short
@@ -211,6 +217,11 @@ func (s *stream) read(onFirst func(time.Time)) (completion, error) {
 		}
 		if ch.Error != nil {
 			return *c, fmt.Errorf("%w: server error in stream: %s", errRetryable, ch.Error.Message)
+		}
+		if ch.Usage != nil {
+			c.Streamed = ch.Usage.CompletionTokens
+		} else if len(ch.Choices) > 0 {
+			c.Streamed++
 		}
 		if len(ch.Choices) > 0 && c.FirstToken.IsZero() {
 			c.FirstToken = time.Now()

@@ -19,7 +19,17 @@ type job struct {
 	ref       policies.CallRef
 	srv       *server
 	submitted time.Duration
+	// cancelled says the Driver cancelled the call, and s is its open stream (both under the
+	// dispatcher's mu): cancelling closes the stream, so the server aborts the request.
+	cancelled bool
+	s         *stream
+	// held says the call was submitted open (prefill-decode overlap) and waits for its last
+	// input before it is queued (see Backend.Grow).
+	held bool
 }
+
+// errCancelled is the cause of a stream closed because its call was cancelled.
+var errCancelled = errors.New("the call was cancelled")
 
 // dispatcher sends one worker's calls in submission order, at most srv.limit in flight per
 // server. Sends are serialised: a request goes out only once the previous one's response
@@ -33,12 +43,16 @@ type dispatcher struct {
 	seq      uint64
 	queues   map[*server][]*job // per server, in submission order
 	inflight map[*server]int
+	jobs     map[int]*job // queued or in flight, by call ID
 
 	sendMu sync.Mutex // held while a request is sent and its headers awaited
+	// prefills are the overlap's prefill-only requests under way.
+	prefills prefillGroup
 }
 
 func newDispatcher(b *Backend, worker int) *dispatcher {
-	return &dispatcher{b: b, worker: worker, wake: make(chan struct{}, 1), queues: map[*server][]*job{}, inflight: map[*server]int{}}
+	return &dispatcher{b: b, worker: worker, wake: make(chan struct{}, 1), queues: map[*server][]*job{}, inflight: map[*server]int{},
+		jobs: map[int]*job{}}
 }
 
 func (d *dispatcher) signal() {
@@ -54,8 +68,58 @@ func (d *dispatcher) push(j *job) {
 	d.seq++
 	j.seq = d.seq
 	d.queues[j.srv] = append(d.queues[j.srv], j)
+	d.jobs[j.call.ID] = j
 	d.mu.Unlock()
 	d.signal()
+}
+
+// cancel cancels a call: one still queued is dropped and reported at once; one sent has its
+// stream closed (the server aborts it) and is reported when its reader sees it end.
+func (d *dispatcher) cancel(id int) error {
+	d.mu.Lock()
+	j := d.jobs[id]
+	if j == nil {
+		d.mu.Unlock()
+		return fmt.Errorf("replay: call %d is not in flight on worker %d", id, d.worker)
+	}
+	j.cancelled = true
+	if j.held {
+		// Held open: nothing of it is in flight but its prefills.
+		delete(d.jobs, id)
+		d.mu.Unlock()
+		now := d.b.Now()
+		go d.b.emit(policies.Event{Kind: policies.EventCancelled, At: now, Worker: policies.WorkerID(d.worker), Model: j.call.Model,
+			Call: &j.ref, Timing: policies.CallTiming{Submitted: j.submitted, Started: now, FirstToken: now, End: now}})
+		return nil
+	}
+	q := d.queues[j.srv]
+	for i, x := range q {
+		if x == j {
+			d.queues[j.srv] = append(q[:i:i], q[i+1:]...)
+			if len(d.queues[j.srv]) == 0 {
+				delete(d.queues, j.srv)
+			}
+			delete(d.jobs, id)
+			d.mu.Unlock()
+			now := d.b.Now()
+			go d.b.emit(policies.Event{Kind: policies.EventCancelled, At: now, Worker: policies.WorkerID(d.worker), Model: j.call.Model,
+				Call: &j.ref, Timing: policies.CallTiming{Submitted: j.submitted, Started: now, FirstToken: now, End: now}})
+			return nil
+		}
+	}
+	s := j.s
+	d.mu.Unlock()
+	if s != nil {
+		s.cancel(errCancelled)
+	}
+	return nil
+}
+
+// cancelled reports whether j was cancelled.
+func (d *dispatcher) cancelled(j *job) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return j.cancelled
 }
 
 // next takes the earliest submitted call whose server has room, waiting until there is one;
@@ -125,7 +189,7 @@ type attempt struct {
 func (d *dispatcher) send(j *job) attempt {
 	b := d.b
 	req := request{Model: j.call.Model, Prompt: b.prompt(j.call), MaxTokens: j.call.OutputTokens, MinTokens: j.call.OutputTokens,
-		IgnoreEOS: true, Stream: true, StreamOptions: streamOptions{IncludeUsage: true}}
+		IgnoreEOS: true, Stream: true, StreamOptions: streamOptions{IncludeUsage: true, ContinuousUsage: true}}
 	d.sendMu.Lock()
 	defer d.sendMu.Unlock()
 	s, err := open(b.ctx, j.srv.hc, j.srv.url, b.cfg.APIKey, req, b.cfg.Timeouts)
@@ -140,6 +204,12 @@ func (d *dispatcher) send(j *job) attempt {
 	if j.srv.adm != nil {
 		j.srv.adm.add(t)
 	}
+	d.mu.Lock()
+	j.s = s
+	if j.cancelled {
+		s.cancel(errCancelled)
+	}
+	d.mu.Unlock()
 	return attempt{s: s, t: t}
 }
 
@@ -156,6 +226,9 @@ func sharedPrefix(c *traces.Call) int { return c.PrefixTokens }
 // finish reads the call's stream, retrying as configured, then frees its place and reports it.
 func (d *dispatcher) finish(j *job, att attempt) {
 	ev := d.complete(j, att)
+	d.mu.Lock()
+	delete(d.jobs, j.call.ID)
+	d.mu.Unlock()
 	d.release(j.srv)
 	ev.Call = &j.ref
 	ev.Timing.Submitted = j.submitted
@@ -193,6 +266,23 @@ func (d *dispatcher) complete(j *job, att attempt) policies.Event {
 				return policies.Event{Kind: policies.EventDone, At: b.virtual(comp.End), Worker: policies.WorkerID(w), Model: c.Model,
 					Timing: policies.CallTiming{Started: b.virtual(started), FirstToken: b.virtual(comp.FirstToken), End: b.virtual(comp.End)}}
 			}
+			if d.cancelled(j) {
+				// Closed by Cancel: the server aborted the request. The tokens are those
+				// streamed before the abort (one per chunk).
+				end := time.Now()
+				first := comp.FirstToken
+				if first.IsZero() {
+					first = end
+				}
+				started := att.t.started(first)
+				return policies.Event{Kind: policies.EventCancelled, At: b.virtual(end), Worker: policies.WorkerID(w), Model: c.Model,
+					Produced: comp.Streamed, Timing: policies.CallTiming{Started: b.virtual(started), FirstToken: b.virtual(first), End: b.virtual(end)}}
+			}
+		}
+		if d.cancelled(j) {
+			now := b.Now()
+			return policies.Event{Kind: policies.EventCancelled, At: now, Worker: policies.WorkerID(w), Model: c.Model,
+				Timing: policies.CallTiming{Started: now, FirstToken: now, End: now}}
 		}
 		if !errors.Is(err, errRetryable) || try >= b.cfg.Retries || b.ctx.Err() != nil {
 			break
@@ -215,6 +305,15 @@ func (d *dispatcher) complete(j *job, att attempt) policies.Event {
 	}
 	return policies.Event{Kind: policies.EventFailed, At: b.Now(), Worker: policies.WorkerID(w), Model: c.Model,
 		Err: fmt.Errorf("call %d (query %d, %s) on worker %d (%s): %w", c.ID, c.Query, c.Model, w, srv.url, err)}
+}
+
+// Cancel implements policies.Backend: a queued call is dropped; a sent one has its stream
+// closed, so the server aborts the request and frees its KV cache.
+func (b *Backend) Cancel(w policies.WorkerID, call int) error {
+	if w < 0 || int(w) >= len(b.dispatchers) {
+		return fmt.Errorf("replay: no worker %d", w)
+	}
+	return b.dispatchers[w].cancel(call)
 }
 
 // Submit implements policies.Backend: the call joins its worker's dispatch queue.

@@ -24,6 +24,9 @@ type EngineConfig struct {
 	NumBlocks int
 	// WatermarkBlocks is kept free when admitting a new sequence, so running ones can grow.
 	WatermarkBlocks int
+	// PrefixCaching keeps the KV blocks of computed prompts for reuse by prompts that start
+	// with the same tokens (vLLM's automatic prefix caching; see Request.PrefixKey).
+	PrefixCaching bool
 }
 
 // Validate reports an unusable configuration.
@@ -48,6 +51,17 @@ type Request struct {
 	ID           uint64
 	PromptTokens int
 	OutputTokens int
+	// With prefix caching, a prompt's full blocks are identified by Blocks, the chained hashes
+	// of their tokens when the prompt's tokens are known, or else derived: the blocks within
+	// its first PrefixTokens tokens are the same for every request with the same PrefixKey
+	// (non-zero; a query's question, say), the rest are its own.
+	Blocks       []uint64
+	PrefixKey    uint64
+	PrefixTokens int
+	// Open marks a prompt that is still growing (prefill-decode overlap: a call whose inputs
+	// are still running). PromptTokens is then what is known so far; the engine prefills it
+	// and holds the sequence, producing nothing, until Grow adds the rest and closes it.
+	Open bool
 }
 
 // Produced says that a sequence produced Tokens output tokens.
@@ -84,12 +98,17 @@ type seqState struct {
 	req         Request
 	generated   int // output tokens produced
 	computed    int // tokens whose keys and values are in the cache
-	blocks      int // KV blocks held
+	blocks      int // KV blocks held as its own
+	cached      int // leading prompt blocks it uses from the prefix cache (not in blocks)
 	preemptions int
 	chunk       int // tokens scheduled in the current iteration
 }
 
 func (s *seqState) length() int { return s.req.PromptTokens + s.generated }
+
+// stalled reports whether s is an open sequence whose known prompt is all computed: it waits
+// for Grow and takes no part in iterations.
+func (s *seqState) stalled() bool { return s.req.Open && s.computed >= s.req.PromptTokens }
 
 // Engine is a vLLM-like continuous-batching engine as a pure state machine: no clock, no
 // goroutines, no I/O. Callers add requests and step it; each step says how long it took (from
@@ -112,6 +131,13 @@ type Engine struct {
 	it      Iteration
 	sched   []*seqState // sequences scheduled in the current step
 	preempt bool        // a preemption happened in the current step
+	// prefix is the prefix cache (nil without prefix caching); evictable counts its
+	// unreferenced blocks, which are part of free.
+	prefix    *prefixCache
+	evictable int
+	// opens counts the open sequences in the engine (Request.Open); while there are none,
+	// every running sequence takes part in each iteration.
+	opens int
 
 	// totals
 	steps       uint64
@@ -125,7 +151,11 @@ func NewEngine(cfg EngineConfig, cost *CostModel) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, cost: cost, free: cfg.NumBlocks}, nil
+	e := &Engine{cfg: cfg, cost: cost, free: cfg.NumBlocks}
+	if cfg.PrefixCaching {
+		e.prefix = newPrefixCache()
+	}
+	return e, nil
 }
 
 // Config returns the engine's configuration.
@@ -148,7 +178,78 @@ func (e *Engine) Add(r Request) error {
 		return fmt.Errorf("request %d: %d tokens exceed the token budget %d and chunked prefill is off", r.ID, total, e.cfg.MaxBatchedTokens)
 	}
 	e.waiting = append(e.waiting, &seqState{req: r})
+	if r.Open {
+		e.opens++
+	}
 	return nil
+}
+
+// Grow adds tokens to the prompt of open request id (an input's output has arrived) and, with
+// close, ends its growth: the sequence then prefills what it has not and decodes. When
+// nothing is left to prefill at the close, its last prompt token is computed again to sample
+// the first output token, as vLLM does after a full prefix-cache hit. An open sequence holds
+// its KV blocks while it waits (prefill-decode overlap, Faster-MoA).
+func (e *Engine) Grow(id uint64, tokens int, close bool) error {
+	s := e.find(id)
+	if s == nil {
+		return fmt.Errorf("request %d is not in the engine", id)
+	}
+	if !s.req.Open {
+		return fmt.Errorf("request %d is not open", id)
+	}
+	if tokens < 0 {
+		return fmt.Errorf("request %d: cannot grow by %d tokens", id, tokens)
+	}
+	total := s.req.PromptTokens + tokens + s.req.OutputTokens
+	if limit := e.cost.Model.MaxModelLen; total > limit {
+		return fmt.Errorf("request %d: %d tokens exceed %s's max_model_len %d", id, total, e.cost.Model.ID, limit)
+	}
+	if need := ceilDiv(total, e.cfg.BlockSize); need > e.cfg.NumBlocks-e.cfg.WatermarkBlocks {
+		return fmt.Errorf("request %d: %d tokens need %d KV blocks but the cache holds %d", id, total, need, e.cfg.NumBlocks-e.cfg.WatermarkBlocks)
+	}
+	s.req.PromptTokens += tokens
+	if close {
+		s.req.Open = false
+		e.opens--
+		if s.computed > 0 && s.computed >= s.req.PromptTokens {
+			s.computed = s.req.PromptTokens - 1
+		}
+	}
+	return nil
+}
+
+// find returns the sequence of request id wherever it is, or nil.
+func (e *Engine) find(id uint64) *seqState {
+	for _, s := range e.running {
+		if s.req.ID == id {
+			return s
+		}
+	}
+	for _, s := range e.front {
+		if s.req.ID == id {
+			return s
+		}
+	}
+	for _, s := range e.waiting[e.qhead:] {
+		if s.req.ID == id {
+			return s
+		}
+	}
+	return nil
+}
+
+// active counts the running sequences that take part in iterations (not stalled).
+func (e *Engine) active() int {
+	if e.opens == 0 {
+		return len(e.running)
+	}
+	n := 0
+	for _, s := range e.running {
+		if !s.stalled() {
+			n++
+		}
+	}
+	return n
 }
 
 // nextWaiting is the sequence admission would take next, or nil.
@@ -180,7 +281,8 @@ func (e *Engine) popWaiting() {
 }
 
 // Idle reports whether the engine has no work.
-func (e *Engine) Idle() bool { return e.Waiting() == 0 && len(e.running) == 0 }
+// Stalled open sequences (Request.Open) wait for Grow and are no work.
+func (e *Engine) Idle() bool { return e.Waiting() == 0 && e.active() == 0 }
 
 // Running returns the number of sequences in the running batch.
 func (e *Engine) Running() int { return len(e.running) }
@@ -197,11 +299,17 @@ type Stats struct {
 	Busy        time.Duration
 	MeanBatch   float64 // time-weighted mean number of sequences per iteration
 	Preemptions int
+	// PrefixQueried and PrefixHit count prompt tokens looked up in the prefix cache and
+	// found there.
+	PrefixQueried, PrefixHit int64
 }
 
 // Stats returns the engine's totals.
 func (e *Engine) Stats() Stats {
 	s := Stats{Steps: e.steps, Busy: e.busy, Preemptions: e.preemptions}
+	if e.prefix != nil {
+		s.PrefixQueried, s.PrefixHit = e.prefix.queried, e.prefix.hit
+	}
 	if e.busy > 0 {
 		s.MeanBatch = e.seqTime / e.busy.Seconds()
 	}
@@ -254,7 +362,7 @@ func (e *Engine) Step() *Iteration {
 		b.Tokens += s.chunk
 		b.AttentionPairs += c*prior + c*(c+1)/2
 		b.KVTokens += prior + c
-		if s.computed+s.chunk == s.length() {
+		if s.computed+s.chunk == s.length() && !s.req.Open {
 			b.Sampled++
 		}
 		if s.chunk > 1 || s.computed < s.req.PromptTokens {
@@ -266,7 +374,10 @@ func (e *Engine) Step() *Iteration {
 	for _, s := range sched {
 		s.computed += s.chunk
 		s.chunk = 0
-		if s.computed == s.length() {
+		if e.prefix != nil && s.computed <= s.req.PromptTokens+s.chunk {
+			e.register(s)
+		}
+		if s.computed == s.length() && !s.req.Open {
 			s.generated++
 			it.Produced = append(it.Produced, Produced{ID: s.req.ID, Tokens: 1})
 			if s.generated == 1 {
@@ -294,7 +405,7 @@ func (e *Engine) scheduleRunning(sched []*seqState, budget int) ([]*seqState, in
 		if n <= 0 {
 			continue
 		}
-		blocks := ceilDiv(s.computed+n, e.cfg.BlockSize) - s.blocks
+		blocks := ceilDiv(s.computed+n, e.cfg.BlockSize) - s.blocks - s.cached
 		self := false
 		for blocks > e.free && !self {
 			victim := e.running[len(e.running)-1]
@@ -305,6 +416,7 @@ func (e *Engine) scheduleRunning(sched []*seqState, budget int) ([]*seqState, in
 			break // s was the most recent sequence left: it gave up its own blocks
 		}
 		e.free -= blocks
+		e.reclaim()
 		s.blocks += blocks
 		s.chunk = n
 		budget -= n
@@ -316,6 +428,7 @@ func (e *Engine) scheduleRunning(sched []*seqState, budget int) ([]*seqState, in
 func (e *Engine) preemptSeq(s *seqState) {
 	e.running = e.running[:len(e.running)-1]
 	e.free += s.blocks
+	e.release(s)
 	s.blocks, s.computed, s.chunk = 0, 0, 0
 	s.preemptions++
 	e.preemptions++
@@ -330,24 +443,32 @@ func (e *Engine) preemptSeq(s *seqState) {
 // cap, the token budget and the KV cache (less the watermark) allow.
 func (e *Engine) admit(sched []*seqState, budget int) ([]*seqState, int, bool) {
 	admitted := false
-	for len(e.running) < e.cfg.MaxNumSeqs && budget > 0 {
+	for e.active() < e.cfg.MaxNumSeqs && budget > 0 {
 		s := e.nextWaiting()
 		if s == nil {
 			break
 		}
-		n := s.length()
-		if n > budget {
-			if !e.cfg.ChunkedPrefill {
-				break
-			}
-			n = budget
+		hit, unreferenced := e.hits(s)
+		n, blocks, ok := e.admitCost(s, hit, budget)
+		if !ok {
+			break
 		}
-		blocks := ceilDiv(n, e.cfg.BlockSize)
-		if e.free-blocks < e.cfg.WatermarkBlocks {
+		if e.free-blocks-unreferenced < e.cfg.WatermarkBlocks {
+			// Stalled open sequences give way to work that can run (else parents could wait
+			// forever behind their children's prompts): the newest goes back to the queue.
+			if e.yieldStalled() {
+				continue
+			}
 			break
 		}
 		e.popWaiting()
+		if hit > 0 {
+			e.take(s, hit)
+		} else if e.prefix != nil {
+			e.prefix.queried += int64(s.req.PromptTokens)
+		}
 		e.free -= blocks
+		e.reclaim()
 		s.blocks = blocks
 		s.chunk = n
 		budget -= n
@@ -359,12 +480,53 @@ func (e *Engine) admit(sched []*seqState, budget int) ([]*seqState, int, bool) {
 	return sched, budget, admitted
 }
 
+// yieldStalled preempts the most recently admitted stalled open sequence to the back of the
+// waiting queue; it reports whether there was one.
+func (e *Engine) yieldStalled() bool {
+	if e.opens == 0 {
+		return false
+	}
+	for i := len(e.running) - 1; i >= 0; i-- {
+		s := e.running[i]
+		if !s.stalled() {
+			continue
+		}
+		e.running = append(e.running[:i], e.running[i+1:]...)
+		e.free += s.blocks
+		e.release(s)
+		e.reclaim()
+		s.blocks, s.computed, s.chunk = 0, 0, 0
+		s.preemptions++
+		e.preemptions++
+		e.waiting = append(e.waiting, s)
+		e.it.Preempted = append(e.it.Preempted, s.req.ID)
+		return true
+	}
+	return false
+}
+
+// admitCost is what admitting s takes with hit cached prompt blocks: the tokens it computes in
+// this iteration (within budget) and the blocks it allocates as its own; ok is false when its
+// prompt does not fit the budget and chunked prefill is off.
+func (e *Engine) admitCost(s *seqState, hit, budget int) (tokens, blocks int, ok bool) {
+	bs := e.cfg.BlockSize
+	n := s.length() - hit*bs
+	if n > budget {
+		if !e.cfg.ChunkedPrefill {
+			return 0, 0, false
+		}
+		n = budget
+	}
+	return n, ceilDiv(hit*bs+n, bs) - hit, n > 0
+}
+
 // finish removes sequences that produced their last token and frees their blocks.
 func (e *Engine) finish(it *Iteration) {
 	kept := e.running[:0]
 	for _, s := range e.running {
 		if s.generated >= s.req.OutputTokens {
 			e.free += s.blocks
+			e.release(s)
 			s.blocks = 0
 			it.Finished = append(it.Finished, s.req.ID)
 			continue
@@ -403,7 +565,7 @@ func (e *Engine) Advance(horizon time.Duration) *Iteration {
 // steadySteps returns how many identical decode iterations can run before the batch changes,
 // or 0 when the next iteration is not a plain decode of the whole batch.
 func (e *Engine) steadySteps() int {
-	n := len(e.running)
+	n := e.active()
 	if n == 0 || e.admissible() {
 		return 0
 	}
@@ -417,13 +579,16 @@ func (e *Engine) steadySteps() int {
 	}
 	kFinish := math.MaxInt
 	for _, s := range e.running {
+		if e.opens > 0 && s.stalled() {
+			continue
+		}
 		if s.length()-s.computed != 1 || s.generated == 0 {
 			return 0 // not a decode: a prompt (or its last token) still to prefill
 		}
 		kFinish = min(kFinish, s.req.OutputTokens-s.generated)
 		// The first step that needs a new block: the token at position computed+1 opens one
 		// when computed is a multiple of the block size.
-		r := s.blocks*bs - s.computed + 1
+		r := (s.blocks+s.cached)*bs - s.computed + 1
 		counts[r]++
 	}
 	// new blocks needed by step k = q*n + sum(counts[1..rem]) for k = q*bs + rem.
@@ -441,30 +606,29 @@ func (e *Engine) steadySteps() int {
 // admissible reports whether a waiting sequence could join the batch in the next iteration.
 func (e *Engine) admissible() bool {
 	head := e.nextWaiting()
-	if head == nil || len(e.running) >= e.cfg.MaxNumSeqs {
+	n := e.active()
+	if head == nil || n >= e.cfg.MaxNumSeqs {
 		return false
 	}
 	budget := e.cfg.MaxBatchedTokens
 	if e.cfg.ChunkedPrefill {
-		budget -= len(e.running)
+		budget -= n
 	}
-	n := head.length()
-	if n > budget {
-		if !e.cfg.ChunkedPrefill {
-			return false
-		}
-		n = budget
-	}
-	return n > 0 && e.free-ceilDiv(n, e.cfg.BlockSize) >= e.cfg.WatermarkBlocks
+	hit, unreferenced := e.hits(head)
+	_, blocks, ok := e.admitCost(head, hit, budget)
+	return ok && e.free-blocks-unreferenced >= e.cfg.WatermarkBlocks
 }
 
 // stretchSeconds is the duration of k steady decode iterations: iteration i (1-based) costs
 // base + slope*(ctx0 + n*i), where ctx0 is the sum of cached tokens before the first.
 func (e *Engine) stretchSeconds(k int) float64 {
-	n := len(e.running)
+	n := e.active()
 	base, slope := e.cost.decodeLine(n)
 	ctx0 := 0.0
 	for _, s := range e.running {
+		if e.opens > 0 && s.stalled() {
+			continue
+		}
 		ctx0 += float64(s.computed)
 	}
 	kk := float64(k)
@@ -485,14 +649,18 @@ func (e *Engine) decodeStretch(k int) *Iteration {
 	sec := e.stretchSeconds(k)
 	bs := e.cfg.BlockSize
 	for _, s := range e.running {
+		if e.opens > 0 && s.stalled() {
+			continue
+		}
 		s.computed += k
 		s.generated += k
-		nb := ceilDiv(s.computed, bs)
+		nb := ceilDiv(s.computed, bs) - s.cached
 		e.free -= nb - s.blocks
 		s.blocks = nb
 		it.Produced = append(it.Produced, Produced{ID: s.req.ID, Tokens: k})
 	}
-	n := len(e.running)
+	e.reclaim()
+	n := e.active()
 	e.finish(it)
 	e.account(it, k, n, sec)
 	return it
@@ -528,28 +696,32 @@ func (e *Engine) RunSteady(k int) *Iteration {
 }
 
 // Abort removes a request wherever it is (waiting, preempted or running) and frees its KV
-// blocks, as vLLM aborts a request whose client went away. It reports whether the request was
-// in the engine.
-func (e *Engine) Abort(id uint64) bool {
+// blocks, as vLLM aborts a request whose client went away. It returns the output tokens the
+// request had produced and whether it was in the engine.
+func (e *Engine) Abort(id uint64) (generated int, ok bool) {
+	if s := e.find(id); s != nil && s.req.Open {
+		e.opens--
+	}
 	for i, s := range e.running {
 		if s.req.ID == id {
 			e.free += s.blocks
+			e.release(s)
 			s.blocks = 0
 			e.running = append(e.running[:i], e.running[i+1:]...)
-			return true
+			return s.generated, true
 		}
 	}
 	for i, s := range e.front {
 		if s.req.ID == id {
 			e.front = append(e.front[:i], e.front[i+1:]...)
-			return true
+			return s.generated, true
 		}
 	}
 	for i := e.qhead; i < len(e.waiting); i++ {
-		if e.waiting[i].req.ID == id {
+		if s := e.waiting[i]; s.req.ID == id {
 			e.waiting = append(e.waiting[:i], e.waiting[i+1:]...)
-			return true
+			return s.generated, true
 		}
 	}
-	return false
+	return 0, false
 }

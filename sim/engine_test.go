@@ -714,12 +714,21 @@ func TestAbort(t *testing.T) {
 		}
 		eng.Step() // 1 and 2 running, 3 and 4 waiting
 		require.Equal(t, 2, eng.Running())
+		for range 4 {
+			eng.Step() // decodes
+		}
 		before := eng.KVUsage()
-		assert.True(t, eng.Abort(1), "a running request")
+		produced, ok := eng.Abort(1)
+		assert.True(t, ok, "a running request")
+		assert.Equal(t, 5, produced, "the tokens it produced: one per iteration, the first with its prefill")
 		assert.Less(t, eng.KVUsage(), before, "its blocks are freed")
-		assert.True(t, eng.Abort(4), "a waiting request")
-		assert.False(t, eng.Abort(4), "already gone")
-		assert.False(t, eng.Abort(99))
+		produced, ok = eng.Abort(4)
+		assert.True(t, ok, "a waiting request")
+		assert.Zero(t, produced)
+		_, ok = eng.Abort(4)
+		assert.False(t, ok, "already gone")
+		_, ok = eng.Abort(99)
+		assert.False(t, ok)
 		var finished []uint64
 		for i := 0; i < 10000 && !eng.Idle(); i++ {
 			finished = append(finished, eng.Advance(0).Finished...)

@@ -92,6 +92,7 @@ type jsonlCall struct {
 	OutputTokens *int         `json:"output_tokens,omitempty"`
 	Answer       string       `json:"answer,omitempty"`
 	Gate         bool         `json:"gate,omitempty"`
+	Confidence   float64      `json:"confidence,omitempty"`
 }
 
 type jsonlInput struct {
@@ -147,7 +148,7 @@ func WriteJSONL(w io.Writer, wl *Workload) error {
 		for i := range q.Calls {
 			c := &q.Calls[i]
 			jc := jsonlCall{Role: c.Role, Model: c.Model, PromptTokens: c.PromptTokens, PrefixTokens: c.PrefixTokens,
-				Answer: c.Answer, Gate: c.Gate}
+				Answer: c.Answer, Gate: c.Gate, Confidence: c.Confidence}
 			if c.IsTool() {
 				jc.ToolS = float64(c.Tool.Round(time.Microsecond)/time.Microsecond) / 1e6
 			} else {
@@ -294,7 +295,11 @@ func decodeQueryLine(line []byte, want int) (*Query, int, error) {
 		Arrival: time.Duration(math.Round(jq.ArrivalS*1e6)) * time.Microsecond, Calls: make([]Call, len(jq.Calls))}
 	for i, jc := range jq.Calls {
 		field := func(name string) string { return fmt.Sprintf("calls[%d].%s", i, name) }
-		c := Call{Role: jc.Role, Model: jc.Model, PromptTokens: jc.PromptTokens, PrefixTokens: jc.PrefixTokens, Answer: jc.Answer, Gate: jc.Gate}
+		c := Call{Role: jc.Role, Model: jc.Model, PromptTokens: jc.PromptTokens, PrefixTokens: jc.PrefixTokens, Answer: jc.Answer, Gate: jc.Gate,
+			Confidence: jc.Confidence}
+		if !(jc.Confidence >= 0 && jc.Confidence <= 1) {
+			return nil, 0, fieldError(field("confidence"), "must be in [0, 1], got %g", jc.Confidence)
+		}
 		if jc.Model == "" {
 			if jc.ToolS == 0 {
 				return nil, 0, fieldError(field("model"), "missing: an LLM call names its model, a tool step its duration (tool_s)")

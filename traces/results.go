@@ -40,8 +40,10 @@ type SummaryRow struct {
 	GPUBusyFrac       float64
 	ModelLoads        int
 	FailedCalls       int
-	// SkippedCalls counts every call the rule skipped, at any layer.
-	SkippedCalls int
+	// SkippedCalls counts every call the rule skipped, at any layer; CancelledCalls the
+	// calls stopped after they were submitted (an early exit, a policy's cancellation).
+	SkippedCalls   int
+	CancelledCalls int
 	// Per-query latencies in seconds, named as vLLM's serving benchmark names them: end to end
 	// (arrival to final answer: e2el), to the final call's first token (ttft), and the
 	// queueing delay on the query's critical path.
@@ -58,7 +60,7 @@ type SummaryRow struct {
 var SummaryHeader = []string{"experiment", "mode", "policy", "seed", "rule", "threshold", "queries", "expert_calls",
 	"aggregator_calls", "aggregator_skipped", "expert_stage_s", "aggregator_stage_s", "e2e_s",
 	"speedup_expert", "speedup_aggregator", "speedup_e2e", "accuracy", "accuracy_delta_pp",
-	"gpu_busy_frac", "model_loads", "failed_calls", "skipped_calls",
+	"gpu_busy_frac", "model_loads", "failed_calls", "skipped_calls", "cancelled_calls",
 	"mean_e2el_s", "median_e2el_s", "p90_e2el_s", "p99_e2el_s",
 	"mean_ttft_s", "median_ttft_s", "p90_ttft_s", "p99_ttft_s", "mean_queue_s", "p99_queue_s",
 	"request_throughput", "slo_attainment", "request_goodput"}
@@ -70,7 +72,7 @@ func (r SummaryRow) Record() []string {
 		secs(r.ExpertStageS), secs(r.AggregatorStageS), secs(r.E2ES),
 		ratio(r.SpeedupExpert), ratio(r.SpeedupAggregator), ratio(r.SpeedupE2E),
 		ratio(r.Accuracy), ratio(r.AccuracyDeltaPP), ratio(r.GPUBusyFrac), itoa(r.ModelLoads), itoa(r.FailedCalls),
-		itoa(r.SkippedCalls), secs(r.MeanE2ELS), secs(r.MedianE2ELS), secs(r.P90E2ELS), secs(r.P99E2ELS),
+		itoa(r.SkippedCalls), itoa(r.CancelledCalls), secs(r.MeanE2ELS), secs(r.MedianE2ELS), secs(r.P90E2ELS), secs(r.P99E2ELS),
 		secs(r.MeanTTFTS), secs(r.MedianTTFTS), secs(r.P90TTFTS), secs(r.P99TTFTS), secs(r.MeanQueueS), secs(r.P99QueueS),
 		ratio(r.RequestThroughput), ratio(r.SLOAttainment), ratio(r.RequestGoodput)}
 }
@@ -231,7 +233,8 @@ func ReadSummaryCSV(path string) ([]SummaryRow, error) {
 			SpeedupExpert: num("speedup_expert"), SpeedupAggregator: num("speedup_aggregator"), SpeedupE2E: num("speedup_e2e"),
 			Accuracy: num("accuracy"), AccuracyDeltaPP: num("accuracy_delta_pp"), GPUBusyFrac: num("gpu_busy_frac"),
 			ModelLoads: int(num("model_loads")), FailedCalls: int(num("failed_calls")), SkippedCalls: int(num("skipped_calls")),
-			MeanE2ELS: num("mean_e2el_s"), MedianE2ELS: num("median_e2el_s"), P90E2ELS: num("p90_e2el_s"), P99E2ELS: num("p99_e2el_s"),
+			CancelledCalls: int(num("cancelled_calls")),
+			MeanE2ELS:      num("mean_e2el_s"), MedianE2ELS: num("median_e2el_s"), P90E2ELS: num("p90_e2el_s"), P99E2ELS: num("p99_e2el_s"),
 			MeanTTFTS: num("mean_ttft_s"), MedianTTFTS: num("median_ttft_s"), P90TTFTS: num("p90_ttft_s"), P99TTFTS: num("p99_ttft_s"),
 			MeanQueueS: num("mean_queue_s"), P99QueueS: num("p99_queue_s"), RequestThroughput: num("request_throughput"),
 			SLOAttainment: num("slo_attainment"), RequestGoodput: num("request_goodput")}

@@ -59,6 +59,9 @@ type Call struct {
 	// Gate marks a call the aggregation rule may skip once its inputs are done: a skipped
 	// call's answer is its inputs' majority answer.
 	Gate bool
+	// Confidence is the call's own confidence in its answer, in [0, 1] (say exp of the mean
+	// log-probability of its tokens; 0 when unknown): what an early exit may require.
+	Confidence float64
 	// Synth, when set, derives the answer from the inputs' actual answers (see Synthesis).
 	Synth *Synthesis
 }

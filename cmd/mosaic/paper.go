@@ -22,7 +22,7 @@ var paperExperiments = []string{"experiments/paper/mmlu-pro.toml", "experiments/
 
 func runPaper(args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("paper", flag.ContinueOnError)
-	ref := fs.String("reference", "", "the paper's figures (default: the built-in experiments/paper/reference.toml)")
+	ref := fs.String("reference", "", "the paper's figures (default: the built-in experiments/reference/mosaic-paper.toml)")
 	out := fs.String("o", "", "also write the table (markdown) to this file")
 	seeds := fs.Int("seeds", 5, "simulate each experiment file with seeds 1..N")
 	results := fs.String("results", "results/paper", "where the simulated runs go (one sweep folder per experiment), with paper.csv")

@@ -101,7 +101,7 @@ func writeSensitivityTable(w io.Writer, rows []traces.SensitivityRow) error {
 	fmt.Fprintln(tw, "experiment\tassumption\tlow\tx_e2e low\tx_e2e base\tx_e2e high\thigh\tswing")
 	for _, t := range plots.TornadoData(rows) {
 		for _, b := range t.Bars {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%s\t%.2f\n", t.Experiment, b.Assumption, b.LowSetting, b.Low, t.Base, b.High, b.HighSetting, math.Abs(b.High-b.Low))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.2f\t%.2f\t%s\t%.2f\n", t.Experiment, b.Assumption, b.LowSetting, b.Low, t.Base, b.High, b.HighSetting, b.Swing(t.Base))
 		}
 		if !math.IsNaN(t.Paper) {
 			fmt.Fprintf(tw, "%s\tthe paper's end-to-end speedup\t\t\t%.2f\t\t\t\n", t.Experiment, t.Paper)

@@ -159,6 +159,21 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 		for _, c := range e.Calls {
 			p.deal(c)
 		}
+	case policies.EventCancelled:
+		if e.Worker < 0 {
+			// Never submitted: drop it from the share it was dealt to.
+			j := job{e.Call.Layer, e.Call.Model}
+			var acts []policies.Action
+			for w := range p.share {
+				wid := policies.WorkerID(w)
+				p.share[w][j] = slices.DeleteFunc(p.share[w][j], func(id int) bool { return id == e.Call.ID })
+				if cur, ok := p.current(wid); ok && cur == j && p.finished(wid, j, v) {
+					acts = append(acts, p.advance(wid)...)
+				}
+			}
+			return append(acts, p.dispatch(v)...)
+		}
+		fallthrough
 	case policies.EventDone, policies.EventFailed:
 		w := e.Worker
 		if e.Call != nil {

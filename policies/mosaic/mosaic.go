@@ -437,6 +437,12 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 	switch e.Kind {
 	case policies.EventReleased:
 		p.deal(e.Calls, v)
+	case policies.EventCancelled:
+		if e.Worker < 0 {
+			acts = append(acts, p.dropCancelled(e.Call, v)...)
+			break
+		}
+		fallthrough
 	case policies.EventDone, policies.EventFailed:
 		if e.Call != nil && e.Call.Layer == p.stage {
 			wk := p.workers[e.Worker]
@@ -461,6 +467,38 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 		acts = append(acts, p.drive(wk, v)...)
 	}
 	return acts
+}
+
+// dropCancelled forgets a call cancelled before it was submitted: dealt to a worker of the
+// current stage, or waiting for its stage.
+func (p *Policy) dropCancelled(c *policies.CallRef, v policies.View) []policies.Action {
+	if c.Layer > p.stage {
+		p.waiting[c.Layer] = slices.DeleteFunc(p.waiting[c.Layer], func(r policies.CallRef) bool { return r.ID == c.ID })
+		return nil
+	}
+	for _, wk := range p.workers {
+		n := len(wk.pending[c.Model])
+		wk.pending[c.Model] = slices.DeleteFunc(wk.pending[c.Model], func(id int) bool { return id == c.ID })
+		if len(wk.pending[c.Model]) == n {
+			continue
+		}
+		wk.left[c.Model]--
+		if c.Layer == p.stage && wk.current() == c.Model && wk.left[c.Model] <= 0 && len(wk.pending[c.Model]) == 0 && v.InFlight(wk.id, c.Model) == 0 {
+			return p.advance(wk, v)
+		}
+		return nil
+	}
+	// Not dealt yet: its quota will not be used.
+	if q := p.quota[c.Model]; q != nil {
+		for w := range q {
+			if q[w] > 0 {
+				q[w]--
+				p.workers[w].left[c.Model]--
+				break
+			}
+		}
+	}
+	return nil
 }
 
 // advance moves a worker that has finished its current model to its next model, or, when it

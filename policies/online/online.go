@@ -94,6 +94,8 @@ type Policy struct {
 	// infos are the models as the View gave them at Start (their per-worker costs on a mixed
 	// cluster).
 	infos map[string]policies.ModelInfo
+	// dropped are queued calls cancelled before they were submitted.
+	dropped map[int]bool
 }
 
 type worker struct {
@@ -185,6 +187,7 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 		p.workers[w] = &worker{id: policies.WorkerID(w), inflight: map[int]float64{}}
 	}
 	p.queues = map[string]*queue{}
+	p.dropped = map[int]bool{}
 	p.arrival = map[int]time.Duration{}
 	p.meanOut = map[string]float64{}
 	p.limit, p.patient, p.replicas = map[string]int{}, map[string]time.Duration{}, map[string]int{}
@@ -368,6 +371,12 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 	switch e.Kind {
 	case policies.EventReleased:
 		p.enqueue(e.Calls)
+	case policies.EventCancelled:
+		if e.Worker < 0 {
+			p.dropped[e.Call.ID] = true // skipped when its queue reaches it
+			break
+		}
+		fallthrough
 	case policies.EventDone, policies.EventFailed:
 		if e.Call != nil {
 			wk := p.workers[e.Worker]
@@ -416,6 +425,10 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 				break
 			}
 			c := heap.Pop(q).(queued).ref
+			if p.dropped[c.ID] {
+				delete(p.dropped, c.ID)
+				continue
+			}
 			tokens := p.meanOut[c.Model]
 			best.inflight[c.ID] = tokens
 			best.outstanding += tokens

@@ -121,14 +121,30 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 		return p.dispatch(v)
 	case policies.EventLoaded:
 		return p.dispatch(v)
-	case policies.EventDone, policies.EventFailed:
+	case policies.EventCancelled:
+		if e.Worker >= 0 {
+			break // stopped on its worker: as a finished call, below
+		}
+		j := job{e.Call.Layer, e.Call.Model}
+		p.queue[j] = slices.DeleteFunc(p.queue[j], func(id int) bool { return id == e.Call.ID })
+		var acts []policies.Action
+		for w := range p.jobs {
+			wid := policies.WorkerID(w)
+			if cur, ok := p.current(wid); ok && cur == j && v.Remaining(j.layer, j.model) == 0 && len(p.queue[j]) == 0 && v.InFlight(wid, j.model) == 0 {
+				acts = append(acts, p.advance(wid, v)...)
+			}
+		}
+		return append(acts, p.dispatch(v)...)
+	}
+	switch e.Kind {
+	case policies.EventDone, policies.EventFailed, policies.EventCancelled:
 		if e.Call == nil {
 			return nil
 		}
 		w := e.Worker
 		j := job{e.Call.Layer, e.Model}
 		var acts []policies.Action
-		if v.Remaining(j.layer, j.model) == 0 {
+		if v.Remaining(j.layer, j.model) == 0 && v.InFlight(w, j.model) == 0 {
 			if cur, ok := p.current(w); ok && cur == j {
 				acts = p.advance(w, v)
 			}

@@ -141,6 +141,9 @@ type generateRequest struct {
 	Stream              bool            `json:"stream"`
 	StreamOptions       *struct {
 		IncludeUsage bool `json:"include_usage"`
+		// ContinuousUsage adds the usage so far to every chunk (vLLM's
+		// stream_options.continuous_usage_stats).
+		ContinuousUsage bool `json:"continuous_usage_stats"`
 	} `json:"stream_options"`
 }
 
@@ -314,8 +317,8 @@ func (s *Server) handleGenerate(w http.ResponseWriter, hr *http.Request, chat bo
 	if f.wrong && r.output > 1 {
 		r.output--
 	}
-	if s.cache != nil && ids != nil {
-		r.blocks = s.cache.hashes(ids)
+	if s.cfg.PrefixCaching && ids != nil {
+		r.blocks = sim.BlockHashes(ids, s.cfg.Engine.BlockSize)
 	}
 	if err := s.enqueue(r); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", "%v", err)
@@ -336,7 +339,8 @@ func (s *Server) handleGenerate(w http.ResponseWriter, hr *http.Request, chat bo
 	}
 	var ok bool
 	if req.Stream {
-		ok = rs.stream(hr.Context(), req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
+		so := req.StreamOptions
+		ok = rs.stream(hr.Context(), so != nil && so.IncludeUsage, so != nil && so.ContinuousUsage)
 	} else {
 		ok = rs.whole(hr.Context())
 	}
@@ -460,7 +464,7 @@ func (rs *response) whole(ctx context.Context) bool {
 
 // stream writes Server-Sent Events: one chunk per delivery of tokens, the last with its
 // finish_reason, then the usage chunk if asked for, then [DONE].
-func (rs *response) stream(ctx context.Context, includeUsage bool) bool {
+func (rs *response) stream(ctx context.Context, includeUsage, continuous bool) bool {
 	h := rs.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -503,7 +507,11 @@ func (rs *response) stream(ctx context.Context, includeUsage bool) bool {
 			if finished {
 				finish = rs.finishReason()
 			}
-			if !write(enc.tokens(limit-sent, finish)) {
+			chunk := enc.tokens(limit-sent, finish)
+			if continuous {
+				chunk = enc.withUsage(chunk, rs.usage(limit))
+			}
+			if !write(chunk) {
 				return false
 			}
 			sent = limit
@@ -580,6 +588,14 @@ func (e *chunkEncoder) tokens(n int, finish string) []byte {
 		b = append(append(append(b, '"'), finish...), '"')
 	}
 	b = append(b, "}]}\n\n"...)
+	e.buf = b
+	return b
+}
+
+// withUsage adds the usage so far to a token chunk (continuous usage stats).
+func (e *chunkEncoder) withUsage(chunk []byte, u usage) []byte {
+	b := bytes.TrimSuffix(chunk, []byte("}\n\n"))
+	b = fmt.Appendf(b, `,"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`+"\n\n", u.PromptTokens, u.CompletionTokens, u.TotalTokens)
 	e.buf = b
 	return b
 }

@@ -58,6 +58,8 @@ func escapeLabel(s string) string {
 func (m *metrics) setQueue(eng *sim.Engine) {
 	m.mu.Lock()
 	m.v.running, m.v.waiting, m.v.kvUsage = eng.Running(), eng.Waiting(), eng.KVUsage()
+	st := eng.Stats()
+	m.v.prefixQueries, m.v.prefixHits = st.PrefixQueried, st.PrefixHit
 	m.mu.Unlock()
 }
 
@@ -68,6 +70,8 @@ func (m *metrics) update(eng *sim.Engine, prompt, generated int64, length, stop,
 	m.v.lagSum += lag
 	m.v.deliveries++
 	m.v.running, m.v.waiting, m.v.kvUsage = eng.Running(), eng.Waiting(), eng.KVUsage()
+	st := eng.Stats()
+	m.v.prefixQueries, m.v.prefixHits = st.PrefixQueried, st.PrefixHit
 	m.v.promptTokens += prompt
 	m.v.generationTokens += generated
 	m.v.successLength += int64(length)

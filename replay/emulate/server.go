@@ -50,8 +50,6 @@ type Server struct {
 	accepted atomic.Int64
 	arriving atomic.Int64 // requests handed to the loop and not yet in the engine
 
-	cache *prefixCache // nil without prefix caching
-
 	conns, maxConns atomic.Int64 // open client connections, and the most at once
 
 	fmu        sync.Mutex
@@ -74,7 +72,6 @@ type request struct {
 	id        uint64
 	prompt    int
 	blocks    []uint64 // hashes of the prompt's full blocks, for the prefix cache (nil: not cached)
-	cached    int      // leading prompt tokens the prefix cache served
 	maxTokens int      // what the client asked for
 	output    int      // what the engine produces
 	arrived   time.Time
@@ -114,7 +111,9 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	eng, err := sim.NewEngine(cfg.Engine, cfg.Cost)
+	ecfg := cfg.Engine
+	ecfg.PrefixCaching = cfg.PrefixCaching
+	eng, err := sim.NewEngine(ecfg, cfg.Cost)
 	if err != nil {
 		return nil, fmt.Errorf("emulate: %w", err)
 	}
@@ -134,9 +133,6 @@ func New(cfg Config) (*Server, error) {
 		crashed:    make(chan struct{}),
 	}
 	s.met.init(cfg.ServedName, cfg.Engine, cfg.PrefixCaching)
-	if cfg.PrefixCaching {
-		s.cache = newPrefixCache(cfg.Engine.BlockSize, cfg.Engine.NumBlocks)
-	}
 	s.mux = s.routes()
 	gpu := ""
 	if cfg.GPU != nil {
@@ -390,7 +386,7 @@ func (s *Server) loop(eng *sim.Engine) {
 		s.aborts = nil
 		s.qmu.Unlock()
 		for _, id := range aborts {
-			if eng.Abort(id) {
+			if _, ok := eng.Abort(id); ok {
 				delete(live, id)
 				s.log.Debug("request aborted: its client went away", "id", id)
 			}
@@ -398,17 +394,12 @@ func (s *Server) loop(eng *sim.Engine) {
 		if len(aborts) > 0 {
 			s.met.setQueue(eng)
 		}
-		var queried, hits int64
 		for _, r := range arrivals {
 			if eng.Idle() {
 				// An idle engine starts the request when it arrives.
 				virtual = max(virtual, time.Duration(float64(r.arrived.Sub(s.epoch))*s.cfg.TimeScale))
 			}
-			if s.cache != nil && r.blocks != nil {
-				r.cached = s.cache.lookup(r.blocks, r.prompt)
-				queried, hits = queried+int64(r.prompt), hits+int64(r.cached)
-			}
-			if err := eng.Add(sim.Request{ID: r.id, PromptTokens: r.prompt - r.cached, OutputTokens: r.output}); err != nil {
+			if err := eng.Add(sim.Request{ID: r.id, PromptTokens: r.prompt, OutputTokens: r.output, Blocks: r.blocks}); err != nil {
 				r.fail(err) // the handler checked already; cannot happen
 				continue
 			}
@@ -416,7 +407,6 @@ func (s *Server) loop(eng *sim.Engine) {
 		}
 		if len(arrivals) > 0 {
 			s.met.setQueue(eng)
-			s.met.count(func(v *metricValues) { v.prefixQueries += queried; v.prefixHits += hits })
 			s.arriving.Add(-int64(len(arrivals)))
 		}
 		if eng.Idle() {
@@ -494,9 +484,6 @@ func (s *Server) deliver(p *pendingWork, live map[uint64]*request, eng *sim.Engi
 		r.mu.Lock()
 		if r.produced == 0 {
 			promptTokens += int64(r.prompt)
-			if s.cache != nil && r.blocks != nil {
-				s.cache.insert(r.blocks) // its prompt is computed: later prompts may reuse it
-			}
 		}
 		r.produced += pr.Tokens
 		r.mu.Unlock()

@@ -104,6 +104,11 @@ type callInfo struct {
 	started bool
 }
 
+func (ci *callInfo) ref() *policies.CallRef {
+	c := ci.call
+	return &policies.CallRef{ID: c.ID, Query: c.Query, Role: c.Role, Layer: c.Layer, Model: c.Model, InputTokens: c.InputTokens}
+}
+
 type engine struct {
 	model string
 	w     *worker
@@ -118,6 +123,8 @@ type engine struct {
 	factor  float64 // processor-sharing slowdown of the current plan
 	outs    outputs // of a committed iteration
 	kickDue bool    // an itemKick is scheduled
+	// cancels are calls to abort at the end of the committed iteration, in request order.
+	cancels []uint64
 }
 
 type engState int
@@ -200,6 +207,46 @@ func (c *Cluster) WakeAt(t time.Duration) {
 
 // Submit implements policies.Backend.
 func (c *Cluster) Submit(w policies.WorkerID, call *traces.Call) error {
+	return c.submit(w, call, false)
+}
+
+// SubmitOpen implements policies.Grower: the call's engine sequence prefills the prompt known
+// so far and waits for Grow.
+func (c *Cluster) SubmitOpen(w policies.WorkerID, call *traces.Call) error {
+	return c.submit(w, call, true)
+}
+
+var _ policies.Grower = (*Cluster)(nil)
+
+// Grow implements policies.Grower: the tokens join the call's prompt at the engine's next
+// iteration boundary.
+func (c *Cluster) Grow(w policies.WorkerID, id int, tokens int, close bool) error {
+	if w < 0 || int(w) >= len(c.workers) {
+		return fmt.Errorf("cluster: no worker %d", w)
+	}
+	wk := c.workers[w]
+	for _, m := range wk.order {
+		e := wk.engines[m]
+		if e.calls[uint64(id)] == nil {
+			continue
+		}
+		now := c.Now()
+		if e.state == stPlanned {
+			c.cut(e, now)
+		}
+		if err := e.eng.Grow(uint64(id), tokens, close); err != nil {
+			return fmt.Errorf("call %d on worker %d: %w", id, w, err)
+		}
+		if e.state == stIdle && !e.kickDue && !e.eng.Idle() {
+			e.kickDue = true
+			c.q.Schedule(now, item{kind: itemKick, eng: e})
+		}
+		return nil
+	}
+	return fmt.Errorf("cluster: call %d is not in flight on worker %d", id, w)
+}
+
+func (c *Cluster) submit(w policies.WorkerID, call *traces.Call, open bool) error {
 	e, ok := c.workers[w].engines[call.Model]
 	if !ok {
 		return fmt.Errorf("cluster: worker %d does not hold %s", w, call.Model)
@@ -208,7 +255,9 @@ func (c *Cluster) Submit(w policies.WorkerID, call *traces.Call) error {
 	if e.state == stPlanned {
 		c.cut(e, now)
 	}
-	req := sim.Request{ID: uint64(call.ID), PromptTokens: call.InputTokens, OutputTokens: call.OutputTokens}
+	// The query's calls share their question as a prompt prefix (a prefix cache reuses it).
+	req := sim.Request{ID: uint64(call.ID), PromptTokens: call.InputTokens, OutputTokens: call.OutputTokens,
+		PrefixKey: uint64(call.Query) + 1, PrefixTokens: call.PrefixTokens, Open: open}
 	if err := e.eng.Add(req); err != nil {
 		return fmt.Errorf("call %d (query %d, %s): %w", call.ID, call.Query, call.Model, err)
 	}
@@ -221,6 +270,51 @@ func (c *Cluster) Submit(w policies.WorkerID, call *traces.Call) error {
 		c.q.Schedule(now, item{kind: itemKick, eng: e})
 	}
 	return nil
+}
+
+// Cancel implements policies.Backend: the call leaves its engine at the next iteration
+// boundary (at once when none is under way), its KV blocks are freed, and EventCancelled
+// reports the tokens it produced. A call that finishes in the iteration under way reports
+// EventDone instead.
+func (c *Cluster) Cancel(w policies.WorkerID, id int) error {
+	if w < 0 || int(w) >= len(c.workers) {
+		return fmt.Errorf("cluster: no worker %d", w)
+	}
+	wk := c.workers[w]
+	for _, m := range wk.order {
+		e := wk.engines[m]
+		if e.calls[uint64(id)] == nil {
+			continue
+		}
+		now := c.Now()
+		if e.state == stPlanned {
+			c.cut(e, now)
+		}
+		if e.state == stCommitted {
+			e.cancels = append(e.cancels, uint64(id))
+			return nil
+		}
+		c.abort(e, uint64(id), now)
+		if !e.eng.Idle() && !e.kickDue {
+			e.kickDue = true
+			c.q.Schedule(now, item{kind: itemKick, eng: e})
+		}
+		return nil
+	}
+	return fmt.Errorf("cluster: call %d is not in flight on worker %d", id, w)
+}
+
+// abort stops call id in e's engine at now and reports it cancelled.
+func (c *Cluster) abort(e *engine, id uint64, now time.Duration) {
+	ci := e.calls[id]
+	if ci == nil {
+		return // it finished in the iteration that just ended
+	}
+	delete(e.calls, id)
+	produced, _ := e.eng.Abort(id)
+	ci.timing.End = now
+	c.out = append(c.out, policies.Event{Kind: policies.EventCancelled, At: now, Worker: policies.WorkerID(e.w.id), Model: e.model,
+		Call: ci.ref(), Timing: ci.timing, Produced: produced})
 }
 
 // Next implements policies.Backend.
@@ -305,9 +399,12 @@ func (c *Cluster) deliver(e *engine, now time.Duration) {
 		ci := e.calls[id]
 		delete(e.calls, id)
 		ci.timing.End = now
-		ref := policies.CallRef{ID: ci.call.ID, Query: ci.call.Query, Role: ci.call.Role, Layer: ci.call.Layer, Model: ci.call.Model, InputTokens: ci.call.InputTokens}
-		c.out = append(c.out, policies.Event{Kind: policies.EventDone, At: now, Worker: policies.WorkerID(e.w.id), Model: e.model, Call: &ref, Timing: ci.timing})
+		c.out = append(c.out, policies.Event{Kind: policies.EventDone, At: now, Worker: policies.WorkerID(e.w.id), Model: e.model, Call: ci.ref(), Timing: ci.timing})
 	}
+	for _, id := range e.cancels {
+		c.abort(e, id, now)
+	}
+	e.cancels = e.cancels[:0]
 	e.outs = outputs{admitted: e.outs.admitted[:0], firstToken: e.outs.firstToken[:0], finished: e.outs.finished[:0], preempted: e.outs.preempted[:0]}
 }
 

@@ -1,0 +1,83 @@
+package replay_test
+
+import (
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/replay/emulate"
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// Early exit on real servers: once the two short experts agree, the long one is cancelled: its
+// stream is closed, the emulator aborts the request (nothing left running), and the call is
+// recorded as cancelled with the tokens it had streamed.
+func TestEarlyExitCancelsOnTheServer(t *testing.T) {
+	e0, e1 := emulator(t, "M0", emulate.Faults{}), emulator(t, "M1", emulate.Faults{})
+	wl := &traces.Workload{Name: "exit"}
+	for q := range 3 {
+		wl.Queries = append(wl.Queries, traces.Query{ID: q, Gold: "A", Calls: []traces.Call{
+			{Role: traces.RoleExpert, Model: "M0", PromptTokens: 50, OutputTokens: 10, Answer: "A"},
+			{Role: traces.RoleExpert, Model: "M0", PromptTokens: 50, OutputTokens: 12, Answer: "A"},
+			{Role: traces.RoleExpert, Model: "M1", PromptTokens: 50, OutputTokens: 4000, Answer: "B"},
+			{Role: traces.RoleAggregator, Model: "M0", PromptTokens: 60, Inputs: []traces.Input{{From: 0, Tokens: 5}, {From: 1, Tokens: 5}, {From: 2, Tokens: 5}},
+				OutputTokens: 8, Answer: "A", Gate: true},
+		}})
+	}
+	require.NoError(t, wl.Finish())
+	res, err := run(t, config(e0.URL(), e1.URL()), wl, func(d *policies.Driver) {
+		d.SetEarlyExit(&policies.EarlyExit{Agreement: 1, MinFinished: 2})
+	})
+	require.NoError(t, err)
+	cancelled := 0
+	for _, c := range res.Calls {
+		if c.Call.Node == 2 {
+			assert.Equal(t, "cancelled", c.Status, "call %d", c.Call.ID)
+			assert.Less(t, c.Produced, 4000, "stopped part-way")
+			cancelled++
+			continue
+		}
+		assert.Equal(t, "done", c.Status, "call %d: %s", c.Call.ID, c.Err)
+		if c.Call.Role == traces.RoleAggregator {
+			assert.Equal(t, 60+5+5, c.Call.InputTokens, "the aggregator reads the two experts that answered")
+		}
+	}
+	assert.Equal(t, 3, cancelled)
+	assert.Equal(t, 3, res.Summary().CancelledCalls)
+	assert.Zero(t, metric(t, e1, "vllm:num_requests_running"), "the server aborted the cancelled requests")
+}
+
+// metric reads one gauge of an emulator's /metrics (summed over its series), waiting briefly
+// for it to settle at zero when it is not yet.
+func metric(t *testing.T, s *emulate.Server, name string) float64 {
+	t.Helper()
+	var v float64
+	for range 50 {
+		resp, err := http.Get(s.URL() + "/metrics")
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		v = 0
+		re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `(\{[^}]*\})? (\S+)$`)
+		ms := re.FindAllSubmatch(body, -1)
+		require.NotEmpty(t, ms, "no %s in /metrics", name)
+		for _, m := range ms {
+			x, err := strconv.ParseFloat(string(m[2]), 64)
+			require.NoError(t, err)
+			v += x
+		}
+		if v == 0 {
+			return 0
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return v
+}
