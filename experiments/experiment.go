@@ -58,9 +58,10 @@ type Cluster struct {
 	// TP is the tensor-parallel degree of every worker: a worker is a group of TP GPUs of one
 	// node (1, 2, 4 or 8; default 1) that holds each model sharded over its GPUs.
 	TP int `toml:"tp"`
-	// Groups describe a mixed cluster, one [[cluster.group]] per kind of worker: Count
-	// workers of TP GPUs of type GPU each. Workers are numbered group by group, in the file's
-	// order; each runs a model with the cost model of its own GPU type and TP degree.
+	// Groups describe a mixed cluster, one [[cluster.group]] per kind of worker: Count GPUs
+	// of type GPU, joined into Count/TP workers of TP GPUs each. Workers (and GPUs) are
+	// numbered group by group, in the file's order; each worker runs a model with the cost
+	// model of its own GPU type and TP degree.
 	Groups []ClusterGroup `toml:"group" json:",omitempty"`
 	// Catalog is an optional TOML file of extra GPUs and models.
 	Catalog string `toml:"catalog"`
@@ -68,8 +69,9 @@ type Cluster struct {
 	Profile string `toml:"profile"`
 }
 
-// ClusterGroup is one [[cluster.group]] of a mixed cluster: Count workers, each a group of TP
-// GPUs (1, 2, 4 or 8; default 1) of type GPU on one node.
+// ClusterGroup is one [[cluster.group]] of a mixed cluster: Count GPUs of type GPU, forming
+// Count/TP workers, each a tensor-parallel group of TP GPUs (1, 2, 4 or 8; default 1) of one
+// node. TP must divide Count.
 type ClusterGroup struct {
 	GPU   string `toml:"gpu"`
 	Count int    `toml:"count"`

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mosaic-sched/mosaic/policies/mosaic"
@@ -100,6 +102,33 @@ func WritePlanChecks(w io.Writer, checks []StageCheck, layers int) error {
 			fmt.Fprintf(w, "  w%d %.0f/%.0f", i, c.Predicted[i], c.Measured[i])
 		}
 		if _, err := fmt.Fprintf(w, "  | stage end error %+.1f%%, worst worker %.1f%%\n", c.MakespanErrorPct(), c.MaxErrorPct()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteWorkers prints the cluster's workers, one a line: the GPUs that form it (numbered
+// group by group from 0, the order in which [replay] gpus maps them to CUDA devices), its GPU
+// type, and whether it is a tensor-parallel group.
+func (r *Resolved) WriteWorkers(w io.Writer) error {
+	if _, err := fmt.Fprintln(w, "workers (GPUs numbered group by group):"); err != nil {
+		return err
+	}
+	for wk := range r.NumWorkers() {
+		g := r.Group(wk)
+		gpus := r.GPUsOf(wk)
+		ids := make([]string, len(gpus))
+		for i, d := range gpus {
+			ids[i] = strconv.Itoa(d)
+		}
+		which := "GPU " + ids[0]
+		what := g.GPU.Name
+		if g.TP > 1 {
+			which = "GPUs " + strings.Join(ids, ",")
+			what = fmt.Sprintf("%s x%d, tensor-parallel group (TP %d)", g.GPU.Name, g.TP, g.TP)
+		}
+		if _, err := fmt.Fprintf(w, "  w%-3d %-12s %s\n", wk, which, what); err != nil {
 			return err
 		}
 	}

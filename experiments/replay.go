@@ -174,16 +174,13 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 	return cfg, nil
 }
 
-// replayDevices gives every worker its CUDA devices: as many as its GPUs (its group's TP
-// degree), taken in worker order from [replay] gpus, or from 0, 1, 2, ... without it. A
-// uniform cluster of single-GPU workers keeps the simple form (one device per worker).
+// replayDevices gives every worker its CUDA devices: its GPUs (Resolved.GPUsOf: as many as
+// its group's TP degree, numbered group by group), mapped through [replay] gpus when it is
+// given. A uniform cluster of single-GPU workers keeps the simple form (one device per worker).
 func (r *Resolved) replayDevices(cfg *replay.Config) error {
 	e := r.Experiment
 	gpus := e.Replay.GPUs
-	total := 0
-	for _, g := range r.Groups {
-		total += g.GPUs()
-	}
+	total := r.NumGPUs()
 	if len(gpus) > 0 && len(gpus) != total {
 		if total == r.NumWorkers() {
 			return e.errorf("replay.gpus", "lists %d devices for %d workers", len(gpus), total)
@@ -205,17 +202,14 @@ func (r *Resolved) replayDevices(cfg *replay.Config) error {
 		return nil
 	}
 	cfg.Hardware = make([]replay.WorkerHardware, r.NumWorkers())
-	next := 0
 	for w := range cfg.Hardware {
-		g := r.Group(w)
-		hw := replay.WorkerHardware{GPUName: g.GPU.Name}
-		for range g.TP {
-			d := next
+		hw := replay.WorkerHardware{GPUName: r.Group(w).GPU.Name}
+		for _, i := range r.GPUsOf(w) {
+			d := i
 			if len(gpus) > 0 {
-				d = gpus[next]
+				d = gpus[i]
 			}
 			hw.Devices = append(hw.Devices, d)
-			next++
 		}
 		cfg.Hardware[w] = hw
 	}

@@ -53,8 +53,9 @@ type WorkerGroup struct {
 	GPU   *sim.GPU
 	TP    int
 	Count int
-	// First is the index of the group's first worker (workers are numbered group by group).
-	First int
+	// First is the index of the group's first worker, FirstGPU of its first GPU (workers and
+	// GPUs are numbered group by group).
+	First, FirstGPU int
 	// Key is where the file gives the group: "cluster" or "cluster.group[i]".
 	Key string
 }
@@ -123,6 +124,27 @@ func (r *Resolved) Group(w int) *WorkerGroup { return r.Groups[r.groupOf[w]] }
 // On returns model m on worker w: its cost model and engine on the worker's group.
 func (r *Resolved) On(m *ResolvedModel, w int) GroupModel { return m.OnGroup[r.groupOf[w]] }
 
+// GPUsOf returns the GPUs that form worker w, by their number in the cluster (GPUs are
+// numbered group by group from 0; [replay] gpus maps them to CUDA devices): one, or the TP
+// GPUs of a tensor-parallel group.
+func (r *Resolved) GPUsOf(w int) []int {
+	g := r.Group(w)
+	out := make([]int, g.TP)
+	for i := range out {
+		out[i] = g.FirstGPU + (w-g.First)*g.TP + i
+	}
+	return out
+}
+
+// NumGPUs is the number of GPUs of the cluster, every worker's.
+func (r *Resolved) NumGPUs() int {
+	n := 0
+	for _, g := range r.Groups {
+		n += g.GPUs()
+	}
+	return n
+}
+
 // Hardware names each worker's GPUs, in worker order ("A100-80GB", "H100-80GB x2").
 func (r *Resolved) Hardware() []string {
 	out := make([]string, r.NumWorkers())
@@ -187,7 +209,7 @@ func (r *Resolved) resolveCluster() error {
 			return e.errorf(key+".gpu", "%v", err)
 		}
 		if cg.Count == 0 && !e.has(key+".count") {
-			return e.errorf(key+".count", "missing: the number of workers of the group")
+			return e.errorf(key+".count", "missing: the number of GPUs of the group")
 		}
 		if cg.Count <= 0 {
 			return e.errorf(key+".count", "must be positive, got %d", cg.Count)
@@ -196,13 +218,19 @@ func (r *Resolved) resolveCluster() error {
 		if err != nil {
 			return err
 		}
-		r.addGroup(&WorkerGroup{GPU: g, TP: tp, Count: cg.Count, Key: key})
+		if cg.Count%tp != 0 {
+			return e.errorf(key+".tp", "%d does not divide count = %d: the group's %d GPUs form workers of tp GPUs each", tp, cg.Count, cg.Count)
+		}
+		r.addGroup(&WorkerGroup{GPU: g, TP: tp, Count: cg.Count / tp, Key: key})
 	}
 	return nil
 }
 
 func (r *Resolved) addGroup(g *WorkerGroup) {
 	g.First = len(r.groupOf)
+	for _, prev := range r.Groups {
+		g.FirstGPU += prev.GPUs()
+	}
 	for range g.Count {
 		r.groupOf = append(r.groupOf, len(r.Groups))
 	}
@@ -316,6 +344,9 @@ func (e *Experiment) Resolve() (*Resolved, error) {
 		r.Models = append(r.Models, rm)
 		r.byName[lower(m.Name)] = rm
 	}
+	if err := r.checkGroupsServe(); err != nil {
+		return nil, err
+	}
 	switch kind := lower(e.Workload.Kind); kind {
 	case KindBatch, "":
 		if err := e.checkWorkloadKeys(KindBatch); err != nil {
@@ -332,6 +363,29 @@ func (e *Experiment) Resolve() (*Resolved, error) {
 		return nil, e.errorf("workload.kind", "unknown workload kind %q (known: %s)", e.Workload.Kind, strings.Join(Kinds, ", "))
 	}
 	return r, nil
+}
+
+// checkGroupsServe rejects a worker group of a mixed cluster that can run none of the
+// experiment's models: its GPUs would only idle.
+func (r *Resolved) checkGroupsServe() error {
+	if !r.Mixed() {
+		return nil
+	}
+	for gi, g := range r.Groups {
+		var why []string
+		for _, m := range r.Models {
+			gm := m.OnGroup[gi]
+			if gm.Cost != nil {
+				why = nil
+				break
+			}
+			why = append(why, fmt.Sprintf("%s: %s", m.Name, gm.Unfit))
+		}
+		if why != nil {
+			return r.errorf(g.Key, "its workers (%s) can run none of the models: %s", g.Hardware(), strings.Join(why, "; "))
+		}
+	}
+	return nil
 }
 
 // placeModel builds model i's cost model and engine on every worker group (groups of the same

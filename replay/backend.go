@@ -736,7 +736,7 @@ func (b *Backend) launch(ctx context.Context, w int, m Model) (*server, error) {
 	if err := <-started; err != nil {
 		return nil, err
 	}
-	slog.Info("server launched", "worker", w, "model", m.Name, "pid", cmd.Process.Pid, "url", srv.url)
+	slog.Info("server launched", "worker", w, "model", m.Name, "gpus", gpu, "pid", cmd.Process.Pid, "url", srv.url)
 	if err := b.waitHealthy(ctx, srv, srv.exit); err != nil {
 		stop(srv)
 		return nil, err

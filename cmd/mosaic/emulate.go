@@ -163,6 +163,8 @@ leading blocks the prefix cache may serve); every request produces exactly max_t
 		ln.Close()
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	logger.Info("serving", "model", cfg.ServedName, "arch", *modelName, "gpu", *gpuName, "tensor_parallel_size", max(1, *tensorParallel),
+		"cuda_visible_devices", os.Getenv("CUDA_VISIBLE_DEVICES"), "listen", ln.Addr().String())
 	if _, err := fmt.Fprintf(stdout, "http://%s\n", ln.Addr()); err != nil {
 		ln.Close()
 		return err

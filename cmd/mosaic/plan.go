@@ -39,6 +39,9 @@ func runPlan(args []string, stdout io.Writer) error {
 	wl := res.Graph.Workload
 	fmt.Fprintf(stdout, "experiment %s: %s, %d queries, %d calls in %d layers\n", res.Name, res.ClusterString(),
 		len(wl.Queries), wl.NumCalls(), wl.Layers())
+	if err := res.WriteWorkers(stdout); err != nil {
+		return err
+	}
 	for _, sp := range plans {
 		if sp == nil {
 			continue
