@@ -46,7 +46,8 @@ func randomProblem(r *rand.Rand, items, workers, maxCalls int) solver.Problem {
 
 // bruteForce enumerates every replica count and every set of workers for every item under
 // the ILP's model (even splits: a replica of an item with r replicas costs its load plus
-// T(ceil(n/r))) and returns the best makespan.
+// T(ceil(n/r)) on its worker, per-worker costs and fits included) and returns the best
+// makespan.
 func bruteForce(p solver.Problem) float64 {
 	best := math.Inf(1)
 	t := make([]float64, p.Workers)
@@ -58,21 +59,28 @@ func bruteForce(p solver.Problem) float64 {
 		}
 		it := p.Items[m]
 		R := min(cap(it, p.Workers), it.Calls, p.Workers)
+	sets:
 		for set := 1; set < 1<<p.Workers; set++ {
 			r := bits.OnesCount(uint(set))
 			if r > R {
 				continue
 			}
-			share := it.Curve.At((it.Calls + r - 1) / r)
+			for w := 0; w < p.Workers; w++ {
+				if set&(1<<w) != 0 && it.Fits != nil && !it.Fits[w] {
+					continue sets
+				}
+			}
+			x := (it.Calls + r - 1) / r
+			cost := func(w int) float64 { return it.LoadOn(w) + it.CurveOn(w).At(x) }
 			for w := 0; w < p.Workers; w++ {
 				if set&(1<<w) != 0 {
-					t[w] += it.Load + share
+					t[w] += cost(w)
 				}
 			}
 			rec(m + 1)
 			for w := 0; w < p.Workers; w++ {
 				if set&(1<<w) != 0 {
-					t[w] -= it.Load + share
+					t[w] -= cost(w)
 				}
 			}
 		}
@@ -112,22 +120,6 @@ func requireILP(t *testing.T) {
 	t.Helper()
 	if !solver.ILPAvailable {
 		t.Skip("built without lp_solve: run through make (go test -tags lpsolve with the Makefile's CGO flags)")
-	}
-}
-
-func TestILPMatchesBruteForce(t *testing.T) {
-	requireILP(t)
-	r := rand.New(rand.NewPCG(1, 2))
-	for i := 0; i < 25; i++ {
-		p := randomProblem(r, 1+r.IntN(5), 2+r.IntN(3), 40)
-		plan, err := solver.SolveILP(context.Background(), p)
-		require.NoError(t, err)
-		require.Equal(t, solver.Optimal, plan.Status)
-		bf := bruteForce(p)
-		assert.InDelta(t, bf, plan.ILPMakespan, 1e-6*bf, "instance %d", i)
-		assert.LessOrEqual(t, plan.LowerBound, plan.ILPMakespan+1e-6)
-		assert.LessOrEqual(t, plan.Makespan, plan.ILPMakespan+1e-6, "improving moves never make it worse")
-		checkPlan(t, p, plan)
 	}
 }
 
@@ -240,64 +232,39 @@ func mixedProblem(r *rand.Rand, items, workers, maxCalls int) solver.Problem {
 	return p
 }
 
-// bruteForceMixed is bruteForce with per-worker costs and fits.
-func bruteForceMixed(p solver.Problem) float64 {
-	best := math.Inf(1)
-	t := make([]float64, p.Workers)
-	var rec func(m int)
-	rec = func(m int) {
-		if m == len(p.Items) {
-			best = min(best, maxOf(t))
-			return
-		}
-		it := p.Items[m]
-		R := min(cap(it, p.Workers), it.Calls, p.Workers)
-	sets:
-		for set := 1; set < 1<<p.Workers; set++ {
-			r := bits.OnesCount(uint(set))
-			if r > R {
-				continue
-			}
-			for w := 0; w < p.Workers; w++ {
-				if set&(1<<w) != 0 && !it.Fits[w] {
-					continue sets
-				}
-			}
-			x := (it.Calls + r - 1) / r
-			for w := 0; w < p.Workers; w++ {
-				if set&(1<<w) != 0 {
-					t[w] += it.OnWorker[w].Load + it.OnWorker[w].Curve.At(x)
-				}
-			}
-			rec(m + 1)
-			for w := 0; w < p.Workers; w++ {
-				if set&(1<<w) != 0 {
-					t[w] -= it.OnWorker[w].Load + it.OnWorker[w].Curve.At(x)
-				}
-			}
-		}
-	}
-	rec(0)
-	return best
-}
-
-// With per-worker costs (a mixed cluster) the ILP still finds the optimum of its model, its
-// symmetry breaking between interchangeable workers cuts no optimum, the bound stays below it,
-// and the heuristic's plan is valid.
-func TestILPMatchesBruteForceMixed(t *testing.T) {
+// The ILP finds the optimum of its model (brute force over replica counts and worker sets), on
+// identical workers and with per-worker costs and fits (a mixed cluster), where its symmetry
+// breaking between interchangeable workers must cut no optimum; its bound stays below it, the
+// work bound below any plan, improving moves never make the plan worse, and the heuristic's
+// plan is valid.
+func TestILPMatchesBruteForce(t *testing.T) {
 	requireILP(t)
-	r := rand.New(rand.NewPCG(5, 6))
-	for i := 0; i < 25; i++ {
-		p := mixedProblem(r, 1+r.IntN(4), 2+r.IntN(3), 40)
-		plan, err := solver.SolveILP(context.Background(), p)
-		require.NoError(t, err)
-		require.Equal(t, solver.Optimal, plan.Status)
-		bf := bruteForceMixed(p)
-		assert.InDelta(t, bf, plan.ILPMakespan, 1e-6*bf, "instance %d", i)
-		assert.LessOrEqual(t, plan.LowerBound, plan.ILPMakespan+1e-6, "instance %d", i)
-		assert.LessOrEqual(t, solver.WorkBound(p), bf+1e-6, "instance %d: the work bound holds for any plan", i)
-		checkPlan(t, p, plan)
-		checkPlan(t, p, solver.SolveHeuristic(p))
+	tests := []struct {
+		name     string
+		seed     uint64
+		problem  func(r *rand.Rand, items, workers, maxCalls int) solver.Problem
+		maxItems int
+	}{
+		{"identical workers", 1, randomProblem, 5},
+		{"mixed cluster", 5, mixedProblem, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(tt.seed, tt.seed+1))
+			for i := 0; i < 25; i++ {
+				p := tt.problem(r, 1+r.IntN(tt.maxItems), 2+r.IntN(3), 40)
+				plan, err := solver.SolveILP(context.Background(), p)
+				require.NoError(t, err)
+				require.Equal(t, solver.Optimal, plan.Status)
+				bf := bruteForce(p)
+				assert.InDelta(t, bf, plan.ILPMakespan, 1e-6*bf, "instance %d", i)
+				assert.LessOrEqual(t, plan.LowerBound, plan.ILPMakespan+1e-6, "instance %d", i)
+				assert.LessOrEqual(t, solver.WorkBound(p), bf+1e-6, "instance %d: the work bound holds for any plan", i)
+				assert.LessOrEqual(t, plan.Makespan, plan.ILPMakespan+1e-6, "instance %d: improving moves never make it worse", i)
+				checkPlan(t, p, plan)
+				checkPlan(t, p, solver.SolveHeuristic(p))
+			}
+		})
 	}
 }
 
@@ -353,4 +320,30 @@ func TestStatusDescribe(t *testing.T) {
 	assert.Equal(t, "optimal", solver.Optimal.Describe())
 	assert.Equal(t, "best found (time limit)", solver.TimeLimit.Describe())
 	assert.Equal(t, "heuristic", solver.Heuristic.Describe())
+}
+
+// Hand-computed: 300 calls of one model on two workers, 0.6 s a call on the slow one and 0.4 s
+// on the fast one, no load time. The ILP's even splits give 150 + 150 (90 s on the slow
+// worker, better than 120 s for all on the fast one); trading calls between the replicas
+// until the finish times meet gives x0 + x1 = 300 with 0.6 x0 = 0.4 x1: 120 calls on the slow
+// worker, 180 on the fast one, both done at 72 s.
+func TestFasterWorkerTakesMoreCalls(t *testing.T) {
+	linear := func(perCall float64) solver.Curve {
+		return solver.Curve{X: []int{1, 300}, T: []float64{perCall, 300 * perCall}}
+	}
+	p := solver.Problem{Workers: 2, Items: []solver.Item{{Name: "M", Calls: 300,
+		OnWorker: []solver.Cost{{Curve: linear(0.6)}, {Curve: linear(0.4)}}}}}
+	plans := []*solver.Plan{solver.SolveHeuristic(p)}
+	if solver.ILPAvailable {
+		plan, err := solver.SolveILP(context.Background(), p)
+		require.NoError(t, err)
+		assert.InDelta(t, 90, plan.ILPMakespan, 1e-9, "the ILP's even split")
+		plans = append(plans, plan)
+	}
+	for _, plan := range plans {
+		checkPlan(t, p, plan)
+		assert.Equal(t, [][]int{{120, 180}}, plan.Counts, plan.Status)
+		assert.InDelta(t, 72, plan.Makespan, 1e-9, plan.Status)
+		assert.InDeltaSlice(t, []float64{72, 72}, plan.WorkerTime, 1e-9, plan.Status)
+	}
 }
