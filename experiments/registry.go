@@ -57,6 +57,16 @@ var registry = map[string]factory{
 		}
 		return func() policies.Policy { return mosaic.New(o) }, nil
 	},
+	mosaic.PipelineName: func(e *Experiment, pc policyContext) (func() policies.Policy, error) {
+		if err := onlyOptions(e, pc, "solver_time_limit"); err != nil {
+			return nil, err
+		}
+		if err := checkTimeLimit(e, pc); err != nil {
+			return nil, err
+		}
+		o := mosaic.Options{Outputs: pc.outputs, TimeLimit: pc.spec.SolverTimeLimit, Pipeline: true}
+		return func() policies.Policy { return mosaic.New(o) }, nil
+	},
 	online.Name: func(e *Experiment, pc policyContext) (func() policies.Policy, error) {
 		if err := onlyOptions(e, pc, "solver_time_limit", "replan", "max_in_flight"); err != nil {
 			return nil, err

@@ -69,7 +69,9 @@ const (
 	EventSkipped
 	// EventCancelled: a call (Event.Call) was cancelled, by the policy (ActCancel) or by an
 	// early exit: a submitted one stopped on Event.Worker after producing Event.Produced
-	// output tokens; one never submitted (Event.Worker -1) will not run.
+	// output tokens; one never submitted (Event.Worker -1) will not run. A call released open
+	// (overlap) and skipped by its rule before it was submitted is withdrawn the same way,
+	// after its EventSkipped.
 	EventCancelled
 )
 

@@ -333,6 +333,7 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 	if err := d.applyAll(acts); err != nil {
 		return nil, err
 	}
+	idleWakes := 0
 	for d.pending > 0 || d.stopping > 0 {
 		ev, err := d.backend.Next(ctx)
 		if errors.Is(err, ErrIdle) {
@@ -348,12 +349,30 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
+		// Calls withdrawn by this event (cancelled or skipped before they were submitted) are
+		// told first, so that the policy does not submit them on hearing the event.
+		for _, de := range derived {
+			if de.Kind == EventCancelled && de.Worker < 0 {
+				if err := d.applyAll(d.policy.OnEvent(de, d)); err != nil {
+					return nil, err
+				}
+			}
+		}
 		if ev.Kind != EventTimer {
+			idleWakes = 0
 			if err := d.applyAll(d.policy.OnEvent(ev, d)); err != nil {
 				return nil, err
 			}
+		} else if d.quiet() {
+			// Only the policy's wake-ups keep the run going: it waits for nothing.
+			if idleWakes++; idleWakes > maxIdleWakes {
+				return nil, d.stalled()
+			}
 		}
 		for _, de := range derived {
+			if de.Kind == EventCancelled && de.Worker < 0 {
+				continue
+			}
 			if err := d.applyAll(d.policy.OnEvent(de, d)); err != nil {
 				return nil, err
 			}
@@ -376,6 +395,35 @@ func (d *Driver) applyAll(acts []Action) error {
 		}
 	}
 	return d.fatal
+}
+
+// maxIdleWakes is how many policy wake-ups in a row, with nothing under way, make a run
+// stalled.
+const maxIdleWakes = 10000
+
+// quiet reports whether nothing is under way: no call in flight or stopping, no load or
+// unload, no tool step and no arrival to come.
+func (d *Driver) quiet() bool {
+	if d.stopping > 0 || d.arrived < len(d.arrivals) {
+		return false
+	}
+	for _, t := range d.timers {
+		if t.kind != timerPolicy {
+			return false
+		}
+	}
+	for i := range d.ws {
+		ws := &d.ws[i]
+		if len(ws.loading) > 0 || len(ws.unloading) > 0 {
+			return false
+		}
+		for _, n := range ws.inflight {
+			if n > 0 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (d *Driver) stalled() error {
@@ -563,8 +611,14 @@ func (d *Driver) decide(ch int, now time.Duration, released []CallRef, events *[
 					d.fatal = fmt.Errorf("cancelling skipped call %d on worker %d: %w", ch, cs.worker, err)
 				}
 			}
+			queued := cs.open && cs.status == callReady
 			cs.open = false
 			d.skip(ch, dec, now, events)
+			if queued {
+				// Released open and not submitted: withdrawn, as a cancelled ready call.
+				ref := d.ref(ch)
+				*events = append(*events, Event{Kind: EventCancelled, At: now, Worker: -1, Model: cs.call.Model, Call: &ref})
+			}
 			return d.settle(ch, now, released, events)
 		}
 	}

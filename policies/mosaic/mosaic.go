@@ -62,6 +62,9 @@ type Options struct {
 	Order string
 	// NoPrefetch turns off loading the next layer's model on workers done with a stage.
 	NoPrefetch bool
+	// Pipeline lifts the stage barrier for the next layer's ready calls (the policy is then
+	// named "pipeline"; see pipeline.go).
+	Pipeline bool
 }
 
 // Key names the calls of one model in one layer.
@@ -88,6 +91,12 @@ type Policy struct {
 	// dealing state of the current stage: per model, every worker's calls still to receive
 	quota   map[string][]int
 	waiting map[int][]policies.CallRef // released calls of later layers, by layer
+	// early are the calls of the next layer submitted before its stage (Pipeline), and
+	// earlyN counts them by layer.
+	early  map[int]bool
+	earlyN map[int]int
+	// inflightEarly is feed's scratch: calls submitted to a worker in this round.
+	inflightEarly map[policies.WorkerID]int
 }
 
 type worker struct {
@@ -129,7 +138,12 @@ func New(o Options) *Policy {
 }
 
 // Name implements policies.Policy.
-func (p *Policy) Name() string { return Name }
+func (p *Policy) Name() string {
+	if p.opts.Pipeline {
+		return PipelineName
+	}
+	return Name
+}
 
 // Options returns the policy's options, defaults filled in.
 func (p *Policy) Options() Options { return p.opts }
@@ -280,6 +294,7 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 	}
 	p.plans = make([]*StagePlan, v.Layers())
 	p.waiting = map[int][]policies.CallRef{}
+	p.early, p.earlyN, p.inflightEarly = map[int]bool{}, map[int]int{}, map[policies.WorkerID]int{}
 	ready := v.Ready()
 	prompts := meanPrompts(ready)
 	var demand []Demand
@@ -444,6 +459,10 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 		}
 		fallthrough
 	case policies.EventDone, policies.EventFailed:
+		if e.Call != nil && p.early[e.Call.ID] {
+			delete(p.early, e.Call.ID) // served ahead of its stage, outside the plan
+			break
+		}
 		if e.Call != nil && e.Call.Layer == p.stage {
 			wk := p.workers[e.Worker]
 			wk.left[e.Model]--
@@ -465,6 +484,9 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 	acts = append(acts, p.nextStage(v)...)
 	for _, wk := range p.workers {
 		acts = append(acts, p.drive(wk, v)...)
+	}
+	if p.opts.Pipeline {
+		acts = append(acts, p.feed(v)...)
 	}
 	return acts
 }
@@ -606,7 +628,7 @@ func (p *Policy) nextStage(v policies.View) []policies.Action {
 		for _, m := range v.Models() {
 			expected += v.Expected(layer, m.Name)
 		}
-		if len(p.waiting[layer]) < expected {
+		if len(p.waiting[layer])+p.earlyN[layer] < expected {
 			return nil // the rule's last decisions are on their way
 		}
 		p.stage = layer
@@ -651,6 +673,9 @@ func (p *Policy) planLayer(layer int, calls []policies.CallRef, v policies.View)
 			offset[wk.id] = max(0, (wk.loadAt + info.On(wk.id).LoadTime - v.Now()).Seconds())
 		case len(v.Holds(wk.id)) > 0:
 			offset[wk.id] = unloadTime.Seconds()
+		}
+		if p.opts.Pipeline {
+			offset[wk.id] += p.backlog(wk, v, layer, prompt, n)
 		}
 	}
 	var demand []Demand

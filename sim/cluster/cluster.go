@@ -301,6 +301,11 @@ func (c *Cluster) Cancel(w policies.WorkerID, id int) error {
 		}
 		return nil
 	}
+	for _, ev := range c.out {
+		if ev.Kind == policies.EventDone && ev.Worker == w && ev.Call != nil && ev.Call.ID == id {
+			return nil // it finished at this instant; its EventDone is on its way
+		}
+	}
 	return fmt.Errorf("cluster: call %d is not in flight on worker %d", id, w)
 }
 
