@@ -40,6 +40,18 @@ func (m ModelInfo) On(w WorkerID) WorkerCost {
 	return m.Workers[w]
 }
 
+// At returns the model as it runs on worker w: its Cost, Engine and LoadTime are the worker's
+// (On) and Workers is nil, so code written for one kind of worker (a serving profile) sees that
+// worker's costs. On a uniform cluster it is the model itself.
+func (m ModelInfo) At(w WorkerID) ModelInfo {
+	if m.Workers == nil {
+		return m
+	}
+	wc := m.On(w)
+	m.Cost, m.Engine, m.LoadTime, m.Workers = wc.Cost, wc.Engine, wc.LoadTime, nil
+	return m
+}
+
 // CanRun reports whether worker w can run the model at all: alone on the worker, its weights
 // and a KV cache fit the worker's GPUs. It says nothing of what the worker holds now: View.Fits
 // checks the memory next to the models already there (CanLoad checks both).

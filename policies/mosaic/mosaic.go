@@ -243,9 +243,7 @@ func mixedItem(info policies.ModelInfo, dist traces.LengthDist, d Demand, worker
 		}
 		curve, ok := curves[wc.Cost]
 		if !ok {
-			on := info
-			on.Cost, on.Engine, on.LoadTime, on.Workers = wc.Cost, wc.Engine, wc.LoadTime, nil
-			prof, err := NewProfile(on, dist, d.Prompt)
+			prof, err := NewProfile(info.At(policies.WorkerID(w)), dist, d.Prompt)
 			if err != nil {
 				return it, err
 			}

@@ -119,7 +119,7 @@ func runMixed(t *testing.T, p policies.Policy, wl *traces.Workload, models int) 
 // hold it, and serves its calls on the H100 pair only.
 func TestPoliciesOnMixedCluster(t *testing.T) {
 	wl := mixedWorkload(60, 3, 4)
-	for _, p := range []policies.Policy{roundrobin.New(), dataparallel.New(), mosaic.New(mosaic.Options{}), online.New(online.Options{})} {
+	for _, p := range []policies.Policy{roundrobin.New(), dataparallel.New(), mosaic.New(mosaic.Options{}), mosaic.New(mosaic.Options{Pipeline: true}), online.New(online.Options{})} {
 		t.Run(p.Name(), func(t *testing.T) {
 			res := runMixed(t, p, wl, 4)
 			for _, l := range res.Loads {
@@ -208,7 +208,12 @@ func TestModelInfoPerWorker(t *testing.T) {
 	assert.Contains(t, big.On(0).Unfit, "does not fit on A100-80GB")
 	assert.Same(t, big.Cost, big.On(2).Cost, "the model-wide cost is the first worker's that can run it")
 	assert.Less(t, m0.On(2).LoadTime, m0.On(0).LoadTime+time.Nanosecond)
+	at2 := m0.At(2)
+	assert.Same(t, m0.On(2).Cost, at2.Cost, "At gives the worker's costs ...")
+	assert.Equal(t, m0.On(2).Engine, at2.Engine)
+	assert.Nil(t, at2.Workers, "... as a model of one kind of worker")
 	uniform := policies.ModelInfo{Name: "U", Memory: 0.5}
+	assert.Equal(t, uniform, uniform.At(3))
 	assert.True(t, uniform.CanRun(7), "a uniform cluster's model runs on every worker")
 	assert.False(t, policies.Mixed([]policies.ModelInfo{uniform}))
 	assert.True(t, slices.Equal([]policies.WorkerID{0, 1}, uniform.Runnable(2)))
