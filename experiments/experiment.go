@@ -1,8 +1,9 @@
 // Package experiments defines the experiment file (TOML), validates it strictly — every error
 // names the file, the line and the key — and resolves it into the simulator's objects.
 //
-// An experiment names a cluster (GPU kind and worker count), the models it uses (by catalog
-// name), the engine settings, and a workload. The single-model batch workload
+// An experiment names a cluster (GPU kind and worker count, or groups of workers of different
+// GPU kinds and tensor-parallel degrees), the models it uses (by catalog name), the engine
+// settings, and a workload. The single-model batch workload
 // (kind = "batch") serves N requests of one model on one GPU; the Mixture-of-Agents workload
 // builds on the same [[model]] and [cluster] tables.
 package experiments
@@ -49,17 +50,32 @@ type Experiment struct {
 	overrides map[string]bool
 }
 
-// Cluster is the hardware.
+// Cluster is the hardware: Workers identical workers of GPU (each a tensor-parallel group of
+// TP GPUs), or a mixed cluster given as groups of workers ([[cluster.group]]), not both.
 type Cluster struct {
 	GPU     string `toml:"gpu"`
 	Workers int    `toml:"workers"`
 	// TP is the tensor-parallel degree of every worker: a worker is a group of TP GPUs of one
 	// node (1, 2, 4 or 8; default 1) that holds each model sharded over its GPUs.
 	TP int `toml:"tp"`
+	// Groups describe a mixed cluster, one [[cluster.group]] per kind of worker: Count GPUs
+	// of type GPU, joined into Count/TP workers of TP GPUs each. Workers (and GPUs) are
+	// numbered group by group, in the file's order; each worker runs a model with the cost
+	// model of its own GPU type and TP degree.
+	Groups []ClusterGroup `toml:"group" json:",omitempty"`
 	// Catalog is an optional TOML file of extra GPUs and models.
 	Catalog string `toml:"catalog"`
 	// Profile is an optional cost-model profile (fitted coefficients).
 	Profile string `toml:"profile"`
+}
+
+// ClusterGroup is one [[cluster.group]] of a mixed cluster: Count GPUs of type GPU, forming
+// Count/TP workers, each a tensor-parallel group of TP GPUs (1, 2, 4 or 8; default 1) of one
+// node. TP must divide Count.
+type ClusterGroup struct {
+	GPU   string `toml:"gpu"`
+	Count int    `toml:"count"`
+	TP    int    `toml:"tp"`
 }
 
 // Engine sets each worker's inference engine; zero values take the preset's values, or vLLM's
@@ -302,7 +318,8 @@ type Replay struct {
 	// Env holds extra environment variables of launched servers (templated like Command).
 	Env       map[string]string `toml:"env"`
 	Endpoints []ReplayEndpoint  `toml:"endpoint"`
-	// GPUs is the CUDA device of each worker (default: 0..workers-1).
+	// GPUs are the CUDA devices of the workers, one per GPU, taken in worker order: a worker of
+	// a tensor-parallel group of TP GPUs takes TP of them (default: 0, 1, 2, ...).
 	GPUs          []int         `toml:"gpus"`
 	HealthTimeout time.Duration `toml:"health_timeout"`
 	// RequestTimeout bounds one attempt of a call (default 2h), ConnectTimeout connecting

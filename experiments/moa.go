@@ -522,7 +522,8 @@ func (r *Resolved) genSpec(m *GraphWorkload) error {
 	return nil
 }
 
-// checkLengths rejects calls no engine could serve, naming the model.
+// checkLengths rejects calls an engine of their model could not serve, naming the model: on a
+// mixed cluster, any engine of a group the model runs on.
 func (r *Resolved) checkLengths(wl *traces.Workload) error {
 	for _, q := range wl.Queries {
 		for _, c := range q.Calls {
@@ -536,9 +537,19 @@ func (r *Resolved) checkLengths(wl *traces.Workload) error {
 				return r.errorf(modelKey(idx, "output_tokens"), "query %d: a %s call of %d prompt and %d output tokens exceeds %s's max_model_len %d; lower the maximum output length",
 					q.ID, c.Label(), c.InputTokens, c.OutputTokens, rm.Arch.ID, rm.Arch.MaxModelLen)
 			}
-			if need := (total + rm.Engine.BlockSize - 1) / rm.Engine.BlockSize; need > rm.Engine.NumBlocks-rm.Engine.WatermarkBlocks {
-				return r.errorf(modelKey(idx, "arch"), "query %d: a %s call of %d tokens does not fit the KV cache of %s on %s (%d tokens)",
-					q.ID, c.Label(), total, rm.Arch.ID, r.GPU.Name, rm.Engine.NumBlocks*rm.Engine.BlockSize)
+			for gi, gm := range rm.OnGroup {
+				if gm.Cost == nil {
+					continue
+				}
+				if need := (total + gm.Engine.BlockSize - 1) / gm.Engine.BlockSize; need > gm.Engine.NumBlocks-gm.Engine.WatermarkBlocks {
+					where := r.GPU.Name
+					if r.Mixed() {
+						g := r.Groups[gi]
+						where = fmt.Sprintf("%s (%s)", g.Key, g.Hardware())
+					}
+					return r.errorf(modelKey(idx, "arch"), "query %d: a %s call of %d tokens does not fit the KV cache of %s on %s (%d tokens)",
+						q.ID, c.Label(), total, rm.Arch.ID, where, gm.Engine.NumBlocks*gm.Engine.BlockSize)
+				}
 			}
 		}
 	}

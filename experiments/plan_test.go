@@ -43,8 +43,8 @@ func TestPaperPlanGolden(t *testing.T) {
 	assert.Equal(t, "optimal", string(ex.Plan.Status))
 	assert.LessOrEqual(t, ex.Plan.LowerBound, ex.Plan.Makespan)
 	var b bytes.Buffer
-	require.NoError(t, experiments.WritePlan(&b, ex))
-	require.NoError(t, experiments.WritePlan(&b, ag))
+	require.NoError(t, experiments.WritePlan(&b, ex, r.Hardware()))
+	require.NoError(t, experiments.WritePlan(&b, ag, r.Hardware()))
 	got := regexp.MustCompile(`in [0-9.]+(µs|ms|s)`).ReplaceAll(b.Bytes(), []byte("in <time>"))
 	path := filepath.Join("testdata", "mmlu-pro-plan.txt")
 	if *update {

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/mosaic-sched/mosaic/policies/mosaic"
+	"github.com/mosaic-sched/mosaic/policies/solver"
 )
 
 // planner is a policy that planned its stages ahead (the mosaic policy).
@@ -105,31 +108,76 @@ func WritePlanChecks(w io.Writer, checks []StageCheck, layers int) error {
 	return nil
 }
 
+// WriteWorkers prints the cluster's workers, one a line: the GPUs that form it (numbered
+// group by group from 0, the order in which [replay] gpus maps them to CUDA devices), its GPU
+// type, and whether it is a tensor-parallel group.
+func (r *Resolved) WriteWorkers(w io.Writer) error {
+	if _, err := fmt.Fprintln(w, "workers (GPUs numbered group by group):"); err != nil {
+		return err
+	}
+	for wk := range r.NumWorkers() {
+		g := r.Group(wk)
+		gpus := r.GPUsOf(wk)
+		ids := make([]string, len(gpus))
+		for i, d := range gpus {
+			ids[i] = strconv.Itoa(d)
+		}
+		which := "GPU " + ids[0]
+		what := g.GPU.Name
+		if g.TP > 1 {
+			which = "GPUs " + strings.Join(ids, ",")
+			what = fmt.Sprintf("%s x%d, tensor-parallel group (TP %d)", g.GPU.Name, g.TP, g.TP)
+		}
+		if _, err := fmt.Fprintf(w, "  w%-3d %-12s %s\n", wk, which, what); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // WritePlan prints a stage plan: worker x model call counts, predicted finish times, the
-// makespan, the LP bound and the gap, the solve time and the status.
-func WritePlan(w io.Writer, sp *mosaic.StagePlan) error {
+// makespan, the LP bound and the gap, the solve time and the status (a plan the ILP's time
+// limit cut short is "best found (time limit)", not optimal). hardware names each worker's
+// GPUs ("A100-80GB", "H100-80GB x2": Resolved.Hardware), shown beside the worker; nil shows
+// the workers' numbers alone.
+func WritePlan(w io.Writer, sp *mosaic.StagePlan, hardware []string) error {
 	if sp == nil || sp.Plan == nil {
 		_, err := fmt.Fprintln(w, "nothing to plan")
 		return err
 	}
 	p := sp.Plan
-	fmt.Fprintf(w, "%-8s", "worker")
-	for _, m := range sp.Models {
-		fmt.Fprintf(w, " %9s", m)
+	label := func(wk int) string {
+		if wk < len(hardware) {
+			return fmt.Sprintf("w%d (%s)", wk, hardware[wk])
+		}
+		return fmt.Sprintf("w%d", wk)
+	}
+	width := len("replicas")
+	for wk := range p.WorkerTime {
+		width = max(width, len(label(wk)))
+	}
+	// A column is as wide as its model's name, at least 9.
+	cols := make([]int, len(sp.Models))
+	for i, m := range sp.Models {
+		cols[i] = max(9, len(m))
+	}
+	fmt.Fprintf(w, "%-*s", width, "worker")
+	for i, m := range sp.Models {
+		fmt.Fprintf(w, " %*s", cols[i], m)
 	}
 	fmt.Fprintf(w, " %12s\n", "predicted_s")
 	for wk := range p.WorkerTime {
-		fmt.Fprintf(w, "%-8s", fmt.Sprintf("w%d", wk))
+		fmt.Fprintf(w, "%-*s", width, label(wk))
 		for i := range sp.Models {
 			if x := p.Counts[i][wk]; x > 0 {
-				fmt.Fprintf(w, " %9d", x)
+				fmt.Fprintf(w, " %*d", cols[i], x)
 			} else {
-				fmt.Fprintf(w, " %9s", ".")
+				fmt.Fprintf(w, " %*s", cols[i], ".")
 			}
 		}
 		fmt.Fprintf(w, " %12.1f\n", p.WorkerTime[wk])
 	}
-	fmt.Fprintf(w, "%-8s", "replicas")
+	fmt.Fprintf(w, "%-*s", width, "replicas")
 	for i, it := range sp.Problem.Items {
 		n := 0
 		for _, x := range p.Counts[i] {
@@ -137,16 +185,19 @@ func WritePlan(w io.Writer, sp *mosaic.StagePlan) error {
 				n++
 			}
 		}
-		fmt.Fprintf(w, " %9s", fmt.Sprintf("%d/%d", n, it.MaxReplicas))
+		fmt.Fprintf(w, " %*s", cols[i], fmt.Sprintf("%d/%d", n, it.MaxReplicas))
 	}
 	fmt.Fprintln(w)
-	if p.ILPMakespan > 0 {
+	switch {
+	case p.Status == solver.TimeLimit:
+		fmt.Fprintf(w, "predicted makespan %.1f s, best found (time limit): not proved optimal (the ILP's best with even splits %.1f s)\n", p.Makespan, p.ILPMakespan)
+	case p.ILPMakespan > 0:
 		fmt.Fprintf(w, "predicted makespan %.1f s (ILP optimum with even splits %.1f s)\n", p.Makespan, p.ILPMakespan)
-	} else {
+	default:
 		fmt.Fprintf(w, "predicted makespan %.1f s\n", p.Makespan)
 	}
 	fmt.Fprintf(w, "lower bound        %.1f s (LP relaxation, work bound), gap %.1f%%\n", p.LowerBound, 100*p.Gap)
-	_, err := fmt.Fprintf(w, "solver             %s in %v%s\n", p.Status, p.SolveTime.Round(time.Microsecond), note(p.Note))
+	_, err := fmt.Fprintf(w, "solver             %s in %v%s\n", p.Status.Describe(), p.SolveTime.Round(time.Microsecond), note(p.Note))
 	return err
 }
 

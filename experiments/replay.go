@@ -21,6 +21,7 @@ import (
 
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/replay"
+	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -39,14 +40,34 @@ type ReplayOptions struct {
 func (r *Resolved) replayConfig() (replay.Config, error) {
 	e := r.Experiment
 	rp := e.Replay
-	cfg := replay.Config{Workers: r.Cluster.Workers, Models: map[string]replay.Model{}, Command: rp.Command, Env: rp.Env,
+	W := r.NumWorkers()
+	cfg := replay.Config{Workers: W, Models: map[string]replay.Model{}, Command: rp.Command, Env: rp.Env,
 		GPUName: r.GPU.Name, GPUs: rp.GPUs, HealthTimeout: rp.HealthTimeout,
 		Timeouts:       replay.Timeouts{Connect: rp.ConnectTimeout, FirstToken: rp.FirstTokenTimeout, Idle: rp.IdleTimeout, Request: rp.RequestTimeout},
 		MaxConcurrency: rp.MaxConcurrency, Retries: 3, TimeScale: rp.TimeScale, StopOnDeadWorker: true,
 		Seed: uint64(r.Seed), AdmissionPoll: replay.DefaultAdmissionPoll}
+	served := func(m *ResolvedModel, eng sim.EngineConfig) replay.Model {
+		return replay.Model{Name: m.Name, Arch: m.Arch.ID, Utilization: m.Memory, MaxNumSeqs: eng.MaxNumSeqs,
+			MaxTokens: eng.MaxBatchedTokens, ChunkedPrefill: eng.ChunkedPrefill, Vocab: m.Arch.Vocab}
+	}
 	for _, m := range r.Models {
-		cfg.Models[m.Name] = replay.Model{Name: m.Name, Arch: m.Arch.ID, Utilization: m.Memory, MaxNumSeqs: m.Engine.MaxNumSeqs,
-			MaxTokens: m.Engine.MaxBatchedTokens, ChunkedPrefill: m.Engine.ChunkedPrefill, Vocab: m.Arch.Vocab}
+		cfg.Models[m.Name] = served(m, m.Engine)
+	}
+	if r.Mixed() {
+		// Each worker serves a model with its group's engine settings, and only the models its
+		// GPUs can hold.
+		cfg.PerWorker = make([]map[string]replay.Model, W)
+		for w := range W {
+			cfg.PerWorker[w] = map[string]replay.Model{}
+			for _, m := range r.Models {
+				if gm := r.On(m, w); gm.Cost != nil {
+					cfg.PerWorker[w][m.Name] = served(m, gm.Engine)
+				}
+			}
+		}
+	}
+	if err := r.replayDevices(&cfg); err != nil {
+		return cfg, err
 	}
 	switch rp.PrefixCaching {
 	case "":
@@ -78,8 +99,8 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 	}
 	for i, ep := range rp.Endpoints {
 		key := fmt.Sprintf("replay.endpoint[%d]", i)
-		if ep.Worker < 0 || ep.Worker >= r.Cluster.Workers {
-			return cfg, e.errorf(key+".worker", "no worker %d (the cluster has %d)", ep.Worker, r.Cluster.Workers)
+		if ep.Worker < 0 || ep.Worker >= W {
+			return cfg, e.errorf(key+".worker", "no worker %d (the cluster has %d)", ep.Worker, W)
 		}
 		if ep.Model != "" {
 			if _, ok := r.Model(ep.Model); !ok {
@@ -102,8 +123,11 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 	}
 	if len(cfg.Endpoints) > 0 {
 		// Every worker needs a server for every model a policy may load there.
-		for w := 0; w < r.Cluster.Workers; w++ {
+		for w := 0; w < W; w++ {
 			for _, m := range r.Models {
+				if r.On(m, w).Cost == nil {
+					continue // its GPUs cannot hold the model: no policy loads it there
+				}
 				if !covered(cfg.Endpoints, w, m.Name) {
 					return cfg, e.errorf("replay.endpoint", "no endpoint serves model %s on worker %d: list one with worker = %d (and model = %q, or no model for all of the worker's models)", m.Name, w, w, m.Name)
 				}
@@ -112,9 +136,6 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 		if rp.HealthTimeout == 0 {
 			cfg.HealthTimeout = time.Minute // attached servers are already up
 		}
-	}
-	if len(rp.GPUs) > 0 && len(rp.GPUs) != r.Cluster.Workers {
-		return cfg, e.errorf("replay.gpus", "lists %d devices for %d workers", len(rp.GPUs), r.Cluster.Workers)
 	}
 	if rp.MaxConcurrency < 0 || (rp.MaxConcurrency == 0 && e.has("replay.max_concurrency")) {
 		return cfg, e.errorf("replay.max_concurrency", "must be at least 1, got %d (leave it out for the engine's max_num_seqs)", rp.MaxConcurrency)
@@ -151,6 +172,48 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// replayDevices gives every worker its CUDA devices: its GPUs (Resolved.GPUsOf: as many as
+// its group's TP degree, numbered group by group), mapped through [replay] gpus when it is
+// given. A uniform cluster of single-GPU workers keeps the simple form (one device per worker).
+func (r *Resolved) replayDevices(cfg *replay.Config) error {
+	e := r.Experiment
+	gpus := e.Replay.GPUs
+	total := r.NumGPUs()
+	if len(gpus) > 0 && len(gpus) != total {
+		if total == r.NumWorkers() {
+			return e.errorf("replay.gpus", "lists %d devices for %d workers", len(gpus), total)
+		}
+		return e.errorf("replay.gpus", "lists %d devices for %d workers of %d GPUs in all (%s): list one device per GPU, the workers taking them in order",
+			len(gpus), r.NumWorkers(), total, strings.Join(r.Hardware(), ", "))
+	}
+	seen := map[int]bool{}
+	for _, d := range gpus {
+		if d < 0 {
+			return e.errorf("replay.gpus", "device %d is negative", d)
+		}
+		if seen[d] {
+			return e.errorf("replay.gpus", "device %d is listed twice: each GPU belongs to one worker", d)
+		}
+		seen[d] = true
+	}
+	if !r.Mixed() && r.TP == 1 {
+		return nil
+	}
+	cfg.Hardware = make([]replay.WorkerHardware, r.NumWorkers())
+	for w := range cfg.Hardware {
+		hw := replay.WorkerHardware{GPUName: r.Group(w).GPU.Name}
+		for _, i := range r.GPUsOf(w) {
+			d := i
+			if len(gpus) > 0 {
+				d = gpus[i]
+			}
+			hw.Devices = append(hw.Devices, d)
+		}
+		cfg.Hardware[w] = hw
+	}
+	return nil
 }
 
 func covered(eps []replay.Endpoint, w int, model string) bool {
@@ -477,7 +540,7 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 			return nil, err
 		}
 		pol := p.New()
-		d, err := policies.NewDriver(be, pol, p.Rule, m.Workload, infos, r.Cluster.Workers)
+		d, err := policies.NewDriver(be, pol, p.Rule, m.Workload, infos, r.NumWorkers())
 		if err != nil {
 			be.Close()
 			return nil, err
@@ -485,7 +548,7 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 		d.CallDone = record
 		d.SetEarlyExit(p.Exit)
 		d.SetOverlap(p.Overlap)
-		slog.Info("replaying", "policy", p.Label, "workers", r.Cluster.Workers, "resumed_calls", len(finished))
+		slog.Info("replaying", "policy", p.Label, "cluster", r.ClusterString(), "resumed_calls", len(finished))
 		res, err := d.Run(ctx)
 		be.Close()
 		// run.json names the servers measured (their versions), as soon as they are known.

@@ -19,10 +19,15 @@ const (
 
 // ResolvedModel is a model bound to the catalog, its cost model and its engine.
 type ResolvedModel struct {
-	Name   string
-	Arch   *sim.Model
+	Name string
+	Arch *sim.Model
+	// Cost and Engine are the model's cost model and engine on the first worker group that can
+	// run it: on a uniform cluster, on every worker.
 	Cost   *sim.CostModel
 	Engine sim.EngineConfig
+	// OnGroup is the model on each worker group, by group index (Resolved.Groups): its cost
+	// model and engine on that group's GPUs, or why it cannot run there.
+	OnGroup []GroupModel
 	// Output is the model's output-length distribution (nil if the file gives none).
 	Output traces.LengthDist
 	// Forward is how much of an expert response reaches the aggregator (nil: all of it).
@@ -34,14 +39,53 @@ type ResolvedModel struct {
 	PrefixCaching bool
 }
 
+// GroupModel is a model on the workers of one group: its cost model and engine on the
+// group's GPUs, or, when Cost is nil, why it cannot run there (Unfit).
+type GroupModel struct {
+	Cost   *sim.CostModel
+	Engine sim.EngineConfig
+	Unfit  string
+}
+
+// WorkerGroup is a resolved group of identical workers: Count workers, each a group of TP GPUs
+// of type GPU on one node.
+type WorkerGroup struct {
+	GPU   *sim.GPU
+	TP    int
+	Count int
+	// First is the index of the group's first worker, FirstGPU of its first GPU (workers and
+	// GPUs are numbered group by group).
+	First, FirstGPU int
+	// Key is where the file gives the group: "cluster" or "cluster.group[i]".
+	Key string
+}
+
+// Hardware names one worker of the group: "A100-80GB", or "H100-80GB x2" for a
+// tensor-parallel group of two GPUs.
+func (g *WorkerGroup) Hardware() string {
+	if g.TP > 1 {
+		return fmt.Sprintf("%s x%d", g.GPU.Name, g.TP)
+	}
+	return g.GPU.Name
+}
+
+// GPUs is the number of GPUs of the group.
+func (g *WorkerGroup) GPUs() int { return g.Count * g.TP }
+
 // Resolved is a validated experiment bound to concrete catalog entries and cost models.
 type Resolved struct {
 	*Experiment
 	Catalog *sim.Catalog
 	Profile *sim.Profile
-	GPU     *sim.GPU
-	// TP is the tensor-parallel degree of every worker (GPUs per worker).
-	TP int
+	// Groups are the cluster's groups of identical workers: one for [cluster] gpu, workers and
+	// tp; one per [[cluster.group]] of a mixed cluster.
+	Groups []*WorkerGroup
+	// GPU and TP are the first group's GPU and tensor-parallel degree: a uniform cluster's
+	// (every worker's) GPU and GPUs per worker.
+	GPU *sim.GPU
+	TP  int
+	// groupOf is each worker's group.
+	groupOf []int
 	// Preset is the engine preset the experiment selected, or nil.
 	Preset *sim.EnginePreset
 	Models []*ResolvedModel
@@ -67,6 +111,151 @@ func (r *Resolved) Model(name string) (*ResolvedModel, bool) {
 	return m, ok
 }
 
+// NumWorkers is the number of workers of the cluster, every group's.
+func (r *Resolved) NumWorkers() int { return len(r.groupOf) }
+
+// Mixed reports whether the cluster has more than one group of workers: its workers may
+// differ in GPU type and tensor-parallel degree, and each runs a model with its own costs.
+func (r *Resolved) Mixed() bool { return len(r.Groups) > 1 }
+
+// Group returns worker w's group.
+func (r *Resolved) Group(w int) *WorkerGroup { return r.Groups[r.groupOf[w]] }
+
+// On returns model m on worker w: its cost model and engine on the worker's group.
+func (r *Resolved) On(m *ResolvedModel, w int) GroupModel { return m.OnGroup[r.groupOf[w]] }
+
+// GPUsOf returns the GPUs that form worker w, by their number in the cluster (GPUs are
+// numbered group by group from 0; [replay] gpus maps them to CUDA devices): one, or the TP
+// GPUs of a tensor-parallel group.
+func (r *Resolved) GPUsOf(w int) []int {
+	g := r.Group(w)
+	out := make([]int, g.TP)
+	for i := range out {
+		out[i] = g.FirstGPU + (w-g.First)*g.TP + i
+	}
+	return out
+}
+
+// NumGPUs is the number of GPUs of the cluster, every worker's.
+func (r *Resolved) NumGPUs() int {
+	n := 0
+	for _, g := range r.Groups {
+		n += g.GPUs()
+	}
+	return n
+}
+
+// Hardware names each worker's GPUs, in worker order ("A100-80GB", "H100-80GB x2").
+func (r *Resolved) Hardware() []string {
+	out := make([]string, r.NumWorkers())
+	for w := range out {
+		out[w] = r.Group(w).Hardware()
+	}
+	return out
+}
+
+// ClusterString describes the cluster: "4 x A100-80GB", "2 x (2 x H100-80GB,
+// tensor-parallel)", or a mixed cluster's groups joined by " + ".
+func (r *Resolved) ClusterString() string {
+	var parts []string
+	for _, g := range r.Groups {
+		if g.TP > 1 {
+			parts = append(parts, fmt.Sprintf("%d x (%d x %s, tensor-parallel)", g.Count, g.TP, g.GPU.Name))
+		} else {
+			parts = append(parts, fmt.Sprintf("%d x %s", g.Count, g.GPU.Name))
+		}
+	}
+	return strings.Join(parts, " + ")
+}
+
+// resolveCluster validates the cluster: [cluster] gpu, workers and tp, or [[cluster.group]]
+// tables.
+func (r *Resolved) resolveCluster() error {
+	e := r.Experiment
+	c := e.Cluster
+	if len(c.Groups) == 0 {
+		if c.GPU == "" {
+			return e.errorf("cluster.gpu", "missing: name a GPU from the catalog (or give [[cluster.group]] tables)")
+		}
+		g, err := r.Catalog.GPU(c.GPU)
+		if err != nil {
+			return e.errorf("cluster.gpu", "%v", err)
+		}
+		if c.Workers == 0 && !e.has("cluster.workers") {
+			e.Cluster.Workers = 1
+		}
+		if e.Cluster.Workers <= 0 {
+			return e.errorf("cluster.workers", "must be positive, got %d", e.Cluster.Workers)
+		}
+		tp, err := e.resolveTP("cluster.tp", c.TP, g)
+		if err != nil {
+			return err
+		}
+		r.addGroup(&WorkerGroup{GPU: g, TP: tp, Count: e.Cluster.Workers, Key: "cluster"})
+		return nil
+	}
+	for _, k := range []string{"gpu", "workers", "tp"} {
+		if e.has("cluster." + k) {
+			return e.errorf("cluster."+k, "give either [cluster] gpu, workers and tp (identical workers) or [[cluster.group]] tables (a mixed cluster), not both")
+		}
+	}
+	for i, cg := range c.Groups {
+		key := fmt.Sprintf("cluster.group[%d]", i)
+		if cg.GPU == "" {
+			return e.errorf(key+".gpu", "missing: name a GPU from the catalog")
+		}
+		g, err := r.Catalog.GPU(cg.GPU)
+		if err != nil {
+			return e.errorf(key+".gpu", "%v", err)
+		}
+		if cg.Count == 0 && !e.has(key+".count") {
+			return e.errorf(key+".count", "missing: the number of GPUs of the group")
+		}
+		if cg.Count <= 0 {
+			return e.errorf(key+".count", "must be positive, got %d", cg.Count)
+		}
+		tp, err := e.resolveTP(key+".tp", cg.TP, g)
+		if err != nil {
+			return err
+		}
+		if cg.Count%tp != 0 {
+			return e.errorf(key+".tp", "%d does not divide count = %d: the group's %d GPUs form workers of tp GPUs each", tp, cg.Count, cg.Count)
+		}
+		r.addGroup(&WorkerGroup{GPU: g, TP: tp, Count: cg.Count / tp, Key: key})
+	}
+	return nil
+}
+
+func (r *Resolved) addGroup(g *WorkerGroup) {
+	g.First = len(r.groupOf)
+	for _, prev := range r.Groups {
+		g.FirstGPU += prev.GPUs()
+	}
+	for range g.Count {
+		r.groupOf = append(r.groupOf, len(r.Groups))
+	}
+	r.Groups = append(r.Groups, g)
+	if len(r.Groups) == 1 {
+		r.GPU, r.TP = g.GPU, g.TP
+	}
+}
+
+// resolveTP validates a tensor-parallel degree given at key (0 when absent: 1).
+func (e *Experiment) resolveTP(key string, tp int, g *sim.GPU) (int, error) {
+	if tp == 0 && !e.has(key) {
+		return 1, nil
+	}
+	switch tp {
+	case 1, 2, 4, 8:
+	default:
+		return 0, e.errorf(key, "must be 1, 2, 4 or 8 GPUs per worker, got %d", tp)
+	}
+	if tp > 1 && g.CollectiveGBps(tp) <= 0 {
+		return 0, e.errorf(key, "GPU %s has no interconnect in the catalog (interconnect, link_gbps): cannot run tensor parallelism", g.Name)
+	}
+	return tp, nil
+}
+
 // Resolve validates the experiment and binds it to the built-in catalog and profile, extended
 // by the files the experiment names.
 func (e *Experiment) Resolve() (*Resolved, error) {
@@ -86,34 +275,11 @@ func (e *Experiment) Resolve() (*Resolved, error) {
 		}
 		r.Profile = p
 	}
-	if e.Cluster.GPU == "" {
-		return nil, e.errorf("cluster.gpu", "missing: name a GPU from the catalog")
+	if err := r.resolveCluster(); err != nil {
+		return nil, err
 	}
-	g, err := r.Catalog.GPU(e.Cluster.GPU)
-	if err != nil {
-		return nil, e.errorf("cluster.gpu", "%v", err)
-	}
-	r.GPU = g
 	if e.Seed < 0 {
 		return nil, e.errorf("seed", "must not be negative, got %d", e.Seed)
-	}
-	if e.Cluster.Workers == 0 && !e.has("cluster.workers") {
-		e.Cluster.Workers = 1
-	}
-	if e.Cluster.Workers <= 0 {
-		return nil, e.errorf("cluster.workers", "must be positive, got %d", e.Cluster.Workers)
-	}
-	r.TP = 1
-	if e.Cluster.TP != 0 || e.has("cluster.tp") {
-		switch e.Cluster.TP {
-		case 1, 2, 4, 8:
-		default:
-			return nil, e.errorf("cluster.tp", "must be 1, 2, 4 or 8 GPUs per worker, got %d", e.Cluster.TP)
-		}
-		if e.Cluster.TP > 1 && g.CollectiveGBps(e.Cluster.TP) <= 0 {
-			return nil, e.errorf("cluster.tp", "GPU %s has no interconnect in the catalog (interconnect, link_gbps): cannot run tensor parallelism", g.Name)
-		}
-		r.TP = e.Cluster.TP
 	}
 	if e.Engine.Preset != "" {
 		p, err := r.Catalog.Engine(e.Engine.Preset)
@@ -129,7 +295,7 @@ func (e *Experiment) Resolve() (*Resolved, error) {
 	if len(e.Models) == 0 {
 		return nil, e.errorf("model", "missing: list at least one [[model]]")
 	}
-	coef, err := e.engineCoefficients(r, g)
+	coefs, err := e.engineCoefficients(r)
 	if err != nil {
 		return nil, err
 	}
@@ -147,13 +313,6 @@ func (e *Experiment) Resolve() (*Resolved, error) {
 		if err != nil {
 			return nil, e.errorf(modelKey(i, "arch"), "%v", err)
 		}
-		if err := sim.ValidTP(arch, r.TP); err != nil {
-			return nil, e.errorf(modelKey(i, "arch"), "%v (cluster.tp = %d)", err, r.TP)
-		}
-		cm, err := sim.NewCostModel(arch, g, coef, sim.WithTP(r.TP))
-		if err != nil {
-			return nil, e.errorf("cluster.profile", "%v", err)
-		}
 		util := eng.util
 		if m.GPUMemoryUtilization != 0 || e.has(modelKey(i, "gpu_memory_utilization")) {
 			if !(m.GPUMemoryUtilization > 0 && m.GPUMemoryUtilization <= 1) {
@@ -161,27 +320,10 @@ func (e *Experiment) Resolve() (*Resolved, error) {
 			}
 			util = m.GPUMemoryUtilization
 		}
-		cfg := eng.EngineConfig
-		if r.Preset != nil {
-			budget, seqs := r.Preset.Budget(arch, g)
-			if !eng.budgetSet {
-				cfg.MaxBatchedTokens = budget
-			}
-			if !eng.seqsSet {
-				cfg.MaxNumSeqs = seqs
-			}
-			if cfg.MaxBatchedTokens < cfg.MaxNumSeqs {
-				return nil, e.errorf("engine.max_batched_tokens", "must be at least max_num_seqs (%d) for %s, got %d", cfg.MaxNumSeqs, arch.ID, cfg.MaxBatchedTokens)
-			}
+		rm := &ResolvedModel{Name: m.Name, Arch: arch, Memory: util, PrefixCaching: eng.prefixCaching}
+		if err := r.placeModel(i, rm, eng, coefs); err != nil {
+			return nil, err
 		}
-		blocks, err := cm.KVBlocks(util, cfg.MaxBatchedTokens, cfg.BlockSize)
-		if err != nil {
-			return nil, e.errorf(modelKey(i, "arch"), "%v", err)
-		}
-		cfg.NumBlocks = blocks
-		cfg.WatermarkBlocks = blocks / 100
-		cfg.PrefixCaching = eng.prefixCaching
-		rm := &ResolvedModel{Name: m.Name, Arch: arch, Cost: cm, Engine: cfg, Memory: util, PrefixCaching: eng.prefixCaching}
 		if m.OutputTokens != nil {
 			d, err := m.OutputTokens.resolve(e, modelKey(i, "output_tokens"))
 			if err != nil {
@@ -202,6 +344,9 @@ func (e *Experiment) Resolve() (*Resolved, error) {
 		r.Models = append(r.Models, rm)
 		r.byName[lower(m.Name)] = rm
 	}
+	if err := r.checkGroupsServe(); err != nil {
+		return nil, err
+	}
 	switch kind := lower(e.Workload.Kind); kind {
 	case KindBatch, "":
 		if err := e.checkWorkloadKeys(KindBatch); err != nil {
@@ -218,6 +363,110 @@ func (e *Experiment) Resolve() (*Resolved, error) {
 		return nil, e.errorf("workload.kind", "unknown workload kind %q (known: %s)", e.Workload.Kind, strings.Join(Kinds, ", "))
 	}
 	return r, nil
+}
+
+// checkGroupsServe rejects a worker group of a mixed cluster that can run none of the
+// experiment's models: its GPUs would only idle.
+func (r *Resolved) checkGroupsServe() error {
+	if !r.Mixed() {
+		return nil
+	}
+	for gi, g := range r.Groups {
+		var why []string
+		for _, m := range r.Models {
+			gm := m.OnGroup[gi]
+			if gm.Cost != nil {
+				why = nil
+				break
+			}
+			why = append(why, fmt.Sprintf("%s: %s", m.Name, gm.Unfit))
+		}
+		if why != nil {
+			return r.errorf(g.Key, "its workers (%s) can run none of the models: %s", g.Hardware(), strings.Join(why, "; "))
+		}
+	}
+	return nil
+}
+
+// placeModel builds model i's cost model and engine on every worker group (groups of the same
+// GPU and TP degree share them). On a uniform cluster a model that cannot run is an error; on
+// a mixed cluster it is one only when the model can run on no group, and the groups it cannot
+// run on say why (policies never place it there).
+func (r *Resolved) placeModel(i int, rm *ResolvedModel, eng engineSettings, coefs map[string]sim.Coefficients) error {
+	e := r.Experiment
+	type kind struct {
+		gpu string
+		tp  int
+	}
+	seen := map[kind]GroupModel{}
+	rm.OnGroup = make([]GroupModel, len(r.Groups))
+	var why []string
+	for gi, g := range r.Groups {
+		k := kind{g.GPU.Name, g.TP}
+		gm, ok := seen[k]
+		if !ok {
+			var err error
+			if gm, err = r.modelOnGroup(i, rm, eng, g, coefs[g.GPU.Name]); err != nil {
+				return err
+			}
+			seen[k] = gm
+		}
+		rm.OnGroup[gi] = gm
+		if gm.Cost == nil {
+			why = append(why, fmt.Sprintf("%s (%s): %s", g.Key, g.Hardware(), gm.Unfit))
+			continue
+		}
+		if rm.Cost == nil {
+			rm.Cost, rm.Engine = gm.Cost, gm.Engine
+		}
+	}
+	if rm.Cost == nil {
+		return e.errorf(modelKey(i, "arch"), "%s runs on no worker of the cluster: %s", rm.Arch.ID, strings.Join(why, "; "))
+	}
+	return nil
+}
+
+// modelOnGroup builds a model's cost model and engine on a group's GPUs. That it cannot run
+// there (its heads do not split over the group's TP degree, or its weights leave no room for a
+// KV cache) is an error on a uniform cluster and GroupModel.Unfit on a mixed one.
+func (r *Resolved) modelOnGroup(i int, rm *ResolvedModel, eng engineSettings, g *WorkerGroup, coef sim.Coefficients) (GroupModel, error) {
+	e := r.Experiment
+	arch := rm.Arch
+	tpKey := g.Key + ".tp"
+	if err := sim.ValidTP(arch, g.TP); err != nil {
+		if !r.Mixed() {
+			return GroupModel{}, e.errorf(modelKey(i, "arch"), "%v (%s = %d)", err, tpKey, g.TP)
+		}
+		return GroupModel{Unfit: fmt.Sprintf("%v (%s = %d)", err, tpKey, g.TP)}, nil
+	}
+	cm, err := sim.NewCostModel(arch, g.GPU, coef, sim.WithTP(g.TP))
+	if err != nil {
+		return GroupModel{}, e.errorf("cluster.profile", "%v", err)
+	}
+	cfg := eng.EngineConfig
+	if r.Preset != nil {
+		budget, seqs := r.Preset.Budget(arch, g.GPU)
+		if !eng.budgetSet {
+			cfg.MaxBatchedTokens = budget
+		}
+		if !eng.seqsSet {
+			cfg.MaxNumSeqs = seqs
+		}
+		if cfg.MaxBatchedTokens < cfg.MaxNumSeqs {
+			return GroupModel{}, e.errorf("engine.max_batched_tokens", "must be at least max_num_seqs (%d) for %s, got %d", cfg.MaxNumSeqs, arch.ID, cfg.MaxBatchedTokens)
+		}
+	}
+	blocks, err := cm.KVBlocks(rm.Memory, cfg.MaxBatchedTokens, cfg.BlockSize)
+	if err != nil {
+		if !r.Mixed() {
+			return GroupModel{}, e.errorf(modelKey(i, "arch"), "%v", err)
+		}
+		return GroupModel{Unfit: err.Error()}, nil
+	}
+	cfg.NumBlocks = blocks
+	cfg.WatermarkBlocks = blocks / 100
+	cfg.PrefixCaching = eng.prefixCaching
+	return GroupModel{Cost: cm, Engine: cfg}, nil
 }
 
 type engineSettings struct {
@@ -283,6 +532,9 @@ func (e *Experiment) engineDefaults(preset *sim.EnginePreset) (engineSettings, e
 func (r *Resolved) resolveBatch() error {
 	e := r.Experiment
 	w := e.Workload
+	if r.Mixed() {
+		return e.errorf("cluster.group", "a batch workload serves its requests on one engine of one worker: give one kind of worker ([cluster] gpu and tp, or a single [[cluster.group]])")
+	}
 	b := &BatchWorkload{Requests: w.Requests, Rate: w.ArrivalRate}
 	switch {
 	case w.Model != "":
@@ -426,11 +678,47 @@ func (d *Dist) resolve(e *Experiment, key string) (traces.LengthDist, error) {
 	}
 }
 
-// engineCoefficients returns the cost-model coefficients of the cluster's GPU: the profile's,
-// with the preset's CPU overheads where it has them and the experiment's overhead keys over
-// both. When they differ from the profile's, r.Profile becomes a copy that holds them, so that
-// everything reading the profile (run metadata included) sees the coefficients in use.
-func (e *Experiment) engineCoefficients(r *Resolved, g *sim.GPU) (sim.Coefficients, error) {
+// engineCoefficients returns the cost-model coefficients of each of the cluster's GPU types,
+// by name: the profile's, with the preset's CPU overheads where it has them and the
+// experiment's overhead keys over both. When they differ from the profile's, r.Profile becomes
+// a copy that holds them, so that everything reading the profile (run metadata included) sees
+// the coefficients in use.
+func (e *Experiment) engineCoefficients(r *Resolved) (map[string]sim.Coefficients, error) {
+	out := map[string]sim.Coefficients{}
+	var changed []*sim.GPU
+	for _, g := range r.Groups {
+		if _, ok := out[g.GPU.Name]; ok {
+			continue
+		}
+		coef, err := e.gpuCoefficients(r, g.GPU)
+		if err != nil {
+			return nil, err
+		}
+		out[g.GPU.Name] = coef
+		if coef != r.Profile.For(g.GPU) {
+			changed = append(changed, g.GPU)
+		}
+	}
+	if len(changed) > 0 {
+		p := *r.Profile
+		p.GPUs = make(map[string]sim.Coefficients, len(r.Profile.GPUs)+len(changed))
+		for k, v := range r.Profile.GPUs {
+			p.GPUs[k] = v
+		}
+		for _, g := range changed {
+			p.Set(g.Name, out[g.Name])
+		}
+		if r.Preset != nil {
+			p.Source += " + engine preset " + r.Preset.Name
+		}
+		r.Profile = &p
+	}
+	return out, nil
+}
+
+// gpuCoefficients returns the coefficients of GPU g with the preset's and the experiment's
+// overheads applied.
+func (e *Experiment) gpuCoefficients(r *Resolved, g *sim.GPU) (sim.Coefficients, error) {
 	base := r.Profile.For(g)
 	coef := base
 	if r.Preset != nil {
@@ -459,25 +747,10 @@ func (e *Experiment) engineCoefficients(r *Resolved, g *sim.GPU) (sim.Coefficien
 		}
 		coef.LoadGBps = *v
 	}
-	if coef != base {
-		p := *r.Profile
-		p.GPUs = make(map[string]sim.Coefficients, len(r.Profile.GPUs)+1)
-		for k, v := range r.Profile.GPUs {
-			p.GPUs[k] = v
-		}
-		p.Set(g.Name, coef)
-		if r.Preset != nil {
-			p.Source += " + engine preset " + r.Preset.Name
-		}
-		r.Profile = &p
-	}
 	return coef, nil
 }
 
 // String describes the resolved cluster in one line.
 func (r *Resolved) String() string {
-	if r.TP > 1 {
-		return fmt.Sprintf("%s: %d x (%d x %s, tensor-parallel)", r.Name, r.Cluster.Workers, r.TP, r.GPU.Name)
-	}
-	return fmt.Sprintf("%s: %d x %s", r.Name, r.Cluster.Workers, r.GPU.Name)
+	return fmt.Sprintf("%s: %s", r.Name, r.ClusterString())
 }

@@ -34,14 +34,50 @@ type Run struct {
 // Progress reports a policy's progress: calls done of the total known so far.
 type Progress func(policy string, done, total int)
 
-// ModelInfos returns what policies may know about the experiment's models.
+// ModelInfos returns what policies may know about the experiment's models. On a mixed cluster
+// each carries its cost on every worker (ModelInfo.Workers); on a uniform one its Cost, Engine
+// and LoadTime hold on every worker.
 func (r *Resolved) ModelInfos() []policies.ModelInfo {
 	out := make([]policies.ModelInfo, 0, len(r.Models))
 	for _, m := range r.Models {
-		out = append(out, policies.ModelInfo{Name: m.Name, Arch: m.Arch, Cost: m.Cost, Engine: m.Engine,
-			Output: m.Output, Memory: m.Memory, LoadTime: m.Cost.LoadTime()})
+		info := policies.ModelInfo{Name: m.Name, Arch: m.Arch, Cost: m.Cost, Engine: m.Engine,
+			Output: m.Output, Memory: m.Memory, LoadTime: m.Cost.LoadTime()}
+		if r.Mixed() {
+			info.Workers = make([]policies.WorkerCost, r.NumWorkers())
+			for w := range info.Workers {
+				gm := r.On(m, w)
+				wc := policies.WorkerCost{Hardware: r.Group(w).Hardware(), Unfit: gm.Unfit}
+				if gm.Cost != nil {
+					wc.Cost, wc.Engine, wc.LoadTime = gm.Cost, gm.Engine, gm.Cost.LoadTime()
+				}
+				info.Workers[w] = wc
+			}
+		}
+		out = append(out, info)
 	}
 	return out
+}
+
+// clusterConfig is the simulated cluster of the experiment: every worker's cost model and
+// engine for each model (on a mixed cluster, each worker's own).
+func (r *Resolved) clusterConfig() cluster.Config {
+	cfg := cluster.Config{Workers: r.NumWorkers(), UnloadTime: DefaultUnloadTime}
+	if !r.Mixed() {
+		cfg.Models = map[string]cluster.ModelSetup{}
+		for _, rm := range r.Models {
+			cfg.Models[rm.Name] = cluster.ModelSetup{Cost: rm.Cost, Engine: rm.Engine}
+		}
+		return cfg
+	}
+	cfg.PerWorker = make([]map[string]cluster.ModelSetup, r.NumWorkers())
+	for w := range cfg.PerWorker {
+		cfg.PerWorker[w] = map[string]cluster.ModelSetup{}
+		for _, rm := range r.Models {
+			gm := r.On(rm, w)
+			cfg.PerWorker[w][rm.Name] = cluster.ModelSetup{Cost: gm.Cost, Engine: gm.Engine, Unfit: gm.Unfit}
+		}
+	}
+	return cfg
 }
 
 // Simulate runs every policy of the experiment on the same workload in the simulator, in
@@ -78,16 +114,12 @@ func (r *Resolved) Simulate(ctx context.Context, progress Progress) (*Run, error
 
 // simulatePolicy runs one policy on the workload in a simulated cluster.
 func (r *Resolved) simulatePolicy(ctx context.Context, p ResolvedPolicy, progress Progress) (*policies.Result, policies.Policy, error) {
-	setups := map[string]cluster.ModelSetup{}
-	for _, rm := range r.Models {
-		setups[rm.Name] = cluster.ModelSetup{Cost: rm.Cost, Engine: rm.Engine}
-	}
-	cl, err := cluster.New(cluster.Config{Workers: r.Cluster.Workers, Models: setups, UnloadTime: DefaultUnloadTime})
+	cl, err := cluster.New(r.clusterConfig())
 	if err != nil {
 		return nil, nil, err
 	}
 	pol := p.New()
-	d, err := policies.NewDriver(cl, pol, p.Rule, r.Graph.Workload, r.ModelInfos(), r.Cluster.Workers)
+	d, err := policies.NewDriver(cl, pol, p.Rule, r.Graph.Workload, r.ModelInfos(), r.NumWorkers())
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", p.Label, err)
 	}
@@ -228,33 +260,76 @@ type RunInfo struct {
 	Resolved *ResolvedInfo `json:"resolved,omitempty"`
 }
 
-// ResolvedInfo is the resolved cluster of run.json.
+// ResolvedInfo is the resolved cluster of run.json: the GPU and its coefficients, or, for a
+// mixed cluster, each worker group's.
 type ResolvedInfo struct {
-	GPU          sim.GPU             `json:"gpu"`
-	Coefficients sim.Coefficients    `json:"coefficients"`
-	Models       []ResolvedModelInfo `json:"models"`
+	GPU          *sim.GPU          `json:"gpu,omitempty"`
+	Coefficients *sim.Coefficients `json:"coefficients,omitempty"`
+	// Groups are a mixed cluster's worker groups, in worker order.
+	Groups []ResolvedGroupInfo `json:"groups,omitempty"`
+	Models []ResolvedModelInfo `json:"models"`
 	// WorkloadFit is what the workload generator solved rather than read: the calibrated vote
 	// model, the aggregator's fitted answers, the experts' routing strengths.
 	WorkloadFit *traces.Fitted `json:"workload_fit,omitempty"`
 }
 
-// ResolvedModelInfo is one resolved model of run.json.
+// ResolvedGroupInfo is one worker group of a mixed cluster in run.json.
+type ResolvedGroupInfo struct {
+	GPU          sim.GPU          `json:"gpu"`
+	TP           int              `json:"tp"`
+	Workers      []int            `json:"workers"`
+	Coefficients sim.Coefficients `json:"coefficients"`
+}
+
+// ResolvedModelInfo is one resolved model of run.json. On a mixed cluster Engine and LoadTimeS
+// are the first group's that runs the model, and Groups holds every group's.
 type ResolvedModelInfo struct {
-	Name      string           `json:"name"`
-	Arch      string           `json:"arch"`
-	Engine    sim.EngineConfig `json:"engine"`
-	Memory    float64          `json:"memory_fraction"`
-	LoadTimeS float64          `json:"load_time_s"`
-	Output    string           `json:"output_tokens,omitempty"`
+	Name      string                   `json:"name"`
+	Arch      string                   `json:"arch"`
+	Engine    sim.EngineConfig         `json:"engine"`
+	Memory    float64                  `json:"memory_fraction"`
+	LoadTimeS float64                  `json:"load_time_s"`
+	Output    string                   `json:"output_tokens,omitempty"`
+	Groups    []ResolvedModelGroupInfo `json:"groups,omitempty"`
+}
+
+// ResolvedModelGroupInfo is a model on one worker group of a mixed cluster in run.json.
+type ResolvedModelGroupInfo struct {
+	Group     int               `json:"group"`
+	Engine    *sim.EngineConfig `json:"engine,omitempty"`
+	LoadTimeS float64           `json:"load_time_s,omitempty"`
+	Unfit     string            `json:"unfit,omitempty"`
 }
 
 // resolvedInfo describes what r resolved to.
 func (r *Resolved) resolvedInfo() *ResolvedInfo {
-	ri := &ResolvedInfo{GPU: *r.GPU, Coefficients: r.Profile.For(r.GPU)}
+	ri := &ResolvedInfo{}
+	if r.Mixed() {
+		for _, g := range r.Groups {
+			gi := ResolvedGroupInfo{GPU: *g.GPU, TP: g.TP, Coefficients: r.Profile.For(g.GPU)}
+			for w := g.First; w < g.First+g.Count; w++ {
+				gi.Workers = append(gi.Workers, w)
+			}
+			ri.Groups = append(ri.Groups, gi)
+		}
+	} else {
+		coef := r.Profile.For(r.GPU)
+		ri.GPU, ri.Coefficients = r.GPU, &coef
+	}
 	for _, m := range r.Models {
 		mi := ResolvedModelInfo{Name: m.Name, Arch: m.Arch.ID, Engine: m.Engine, Memory: m.Memory, LoadTimeS: m.Cost.LoadTime().Seconds()}
 		if m.Output != nil {
 			mi.Output = m.Output.String()
+		}
+		if r.Mixed() {
+			for gi, gm := range m.OnGroup {
+				mg := ResolvedModelGroupInfo{Group: gi, Unfit: gm.Unfit}
+				if gm.Cost != nil {
+					eng := gm.Engine
+					mg.Engine, mg.LoadTimeS = &eng, gm.Cost.LoadTime().Seconds()
+				}
+				mi.Groups = append(mi.Groups, mg)
+			}
 		}
 		ri.Models = append(ri.Models, mi)
 	}
@@ -332,8 +407,8 @@ func (run *Run) WriteDir(dir string, info RunInfo, host HostInfo) error {
 func (run *Run) WriteTable(w io.Writer) error {
 	r := run.Experiment
 	g := r.Graph
-	fmt.Fprintf(w, "experiment %s (%s): %d x %s, %d queries, %s, %s, seed %d\n", r.Name, run.Mode,
-		r.Cluster.Workers, r.GPU.Name, len(g.Workload.Queries), describeShape(g), describeArrivals(g.Arrivals), r.Seed)
+	fmt.Fprintf(w, "experiment %s (%s): %s, %d queries, %s, %s, seed %d\n", r.Name, run.Mode,
+		r.ClusterString(), len(g.Workload.Queries), describeShape(g), describeArrivals(g.Arrivals), r.Seed)
 	// A MoA query's stages are its experts and its aggregator; a deeper graph's are the calls
 	// before its final ones (upstream) and its final calls.
 	first, second, x1, x2 := "expert_s", "aggreg_s", "x_exp", "x_agg"

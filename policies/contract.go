@@ -236,7 +236,9 @@ type Policy interface {
 }
 
 // ModelInfo is what a policy may know about a model: its architecture, its cost model on the
-// cluster's GPU (the "offline profile") and its output-length distribution.
+// cluster's GPU (the "offline profile") and its output-length distribution. On a mixed cluster
+// (workers of different GPU types or tensor-parallel degrees) Workers holds the model's cost
+// on each worker; read a worker's through On and CanRun, which also serve uniform clusters.
 type ModelInfo struct {
 	Name   string
 	Arch   *sim.Model
@@ -249,6 +251,11 @@ type ModelInfo struct {
 	Memory float64
 	// LoadTime is the predicted time to load the model.
 	LoadTime time.Duration
+	// Workers is the model on each worker, by WorkerID, when the workers differ (a mixed
+	// cluster: see WorkerCost); nil when every worker is alike, and Cost, Engine and LoadTime
+	// then hold on each. On a mixed cluster Cost, Engine and LoadTime are the first worker's
+	// that can run the model.
+	Workers []WorkerCost
 }
 
 // View is the read-only state of the cluster and the work, as the Driver knows it.

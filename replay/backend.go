@@ -78,14 +78,23 @@ type Config struct {
 	// Endpoints attach workers to running servers; when empty, servers are launched.
 	Endpoints []Endpoint
 	// Command is the launch template; placeholders: {model} {arch} {port} {gpu} {gpu_name}
-	// {util} {max_num_seqs} {max_batched_tokens} {time_scale} {worker} {mosaic}
-	// {prefix_caching} {chunked_prefill} (see Placeholders).
+	// {tp} {tensor_parallel} {util} {max_num_seqs} {max_batched_tokens} {time_scale} {worker}
+	// {mosaic} {prefix_caching} {chunked_prefill} (see Placeholders).
 	Command string
 	// Env holds extra environment variables of launched servers (templated likewise).
 	Env     map[string]string
 	GPUName string
 	GPUs    []int // CUDA device of each worker (default: its index)
-	LogDir  string
+	// Hardware, when set (one entry per worker), describes each worker's GPUs instead of
+	// GPUName and GPUs: its GPU type and CUDA devices, several for a tensor-parallel group (a
+	// launched server sees all of them in CUDA_VISIBLE_DEVICES and gets
+	// --tensor-parallel-size through {tensor_parallel}).
+	Hardware []WorkerHardware
+	// PerWorker, when set (one map per worker), says how each model is served on each worker
+	// instead of Models: on a mixed cluster a model's engine settings follow the worker's GPUs.
+	// A model missing from a worker's map cannot be loaded on it.
+	PerWorker []map[string]Model
+	LogDir    string
 	// HealthTimeout bounds a launch or attach until /health answers 200.
 	HealthTimeout time.Duration
 	// Timeouts bound each attempt of a call (in real time); zero fields take the defaults
@@ -121,6 +130,61 @@ type Config struct {
 	AdmissionPoll time.Duration
 }
 
+// WorkerHardware is one worker's GPUs: their type (a catalog name) and CUDA devices, one per
+// GPU of the worker's tensor-parallel group.
+type WorkerHardware struct {
+	GPUName string
+	Devices []int
+}
+
+// hardware returns worker w's GPUs.
+func (cfg *Config) hardware(w int) WorkerHardware {
+	if w < len(cfg.Hardware) {
+		return cfg.Hardware[w]
+	}
+	gpu := w
+	if w < len(cfg.GPUs) {
+		gpu = cfg.GPUs[w]
+	}
+	return WorkerHardware{GPUName: cfg.GPUName, Devices: []int{gpu}}
+}
+
+// model returns how model is served on worker w, or an error when it cannot be served there.
+func (cfg *Config) model(w int, model string) (Model, error) {
+	if cfg.PerWorker == nil {
+		m, ok := cfg.Models[model]
+		if !ok {
+			return m, fmt.Errorf("replay: unknown model %q", model)
+		}
+		return m, nil
+	}
+	if w < 0 || w >= len(cfg.PerWorker) {
+		return Model{}, fmt.Errorf("replay: no worker %d", w)
+	}
+	m, ok := cfg.PerWorker[w][model]
+	if !ok {
+		return m, fmt.Errorf("replay: model %q cannot run on worker %d (%s)", model, w, cfg.hardware(w).describe())
+	}
+	return m, nil
+}
+
+// describe names the GPUs: "A100-80GB on GPU 0", "H100-80GB x2 on GPUs 2,3".
+func (h WorkerHardware) describe() string {
+	if len(h.Devices) > 1 {
+		return fmt.Sprintf("%s x%d on GPUs %s", h.GPUName, len(h.Devices), devices(h.Devices))
+	}
+	return fmt.Sprintf("%s on GPU %s", h.GPUName, devices(h.Devices))
+}
+
+// devices joins CUDA device numbers as CUDA_VISIBLE_DEVICES wants them: "2,3".
+func devices(ds []int) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = strconv.Itoa(d)
+	}
+	return strings.Join(parts, ",")
+}
+
 // DefaultTimeouts are the timeouts of a call attempt when Config.Timeouts leaves them zero.
 var DefaultTimeouts = Timeouts{Connect: 10 * time.Second, FirstToken: 30 * time.Minute, Idle: time.Minute, Request: 2 * time.Hour}
 
@@ -129,15 +193,17 @@ const DefaultAdmissionPoll = 500 * time.Millisecond
 
 // DefaultCommand launches vLLM (0.8 or later, whose V1 engine takes the --[no-]enable-...
 // switches) with the experiment's engine settings.
-const DefaultCommand = "vllm serve {arch} --served-model-name {model} --port {port} --gpu-memory-utilization {util} --max-num-seqs {max_num_seqs} --max-num-batched-tokens {max_batched_tokens} {chunked_prefill} {prefix_caching}"
+const DefaultCommand = "vllm serve {arch} --served-model-name {model} --port {port} --gpu-memory-utilization {util} --max-num-seqs {max_num_seqs} --max-num-batched-tokens {max_batched_tokens} {chunked_prefill} {prefix_caching} {tensor_parallel}"
 
 // Placeholders documents the launch template's placeholders.
 var Placeholders = map[string]string{
 	"model":              "the model's experiment name (serve it under this name)",
 	"arch":               "the model's Hugging Face id",
 	"port":               "a free loopback port",
-	"gpu":                "the worker's CUDA device",
-	"gpu_name":           "the cluster's GPU (catalog name)",
+	"gpu":                "the worker's CUDA devices, comma-separated (one per GPU of a tensor-parallel group)",
+	"gpu_name":           "the worker's GPU (catalog name)",
+	"tp":                 "the worker's tensor-parallel degree (its number of GPUs)",
+	"tensor_parallel":    "--tensor-parallel-size N for a worker of N > 1 GPUs, else nothing",
 	"util":               "gpu_memory_utilization",
 	"max_num_seqs":       "the engine's max_num_seqs",
 	"max_batched_tokens": "the engine's max_num_batched_tokens",
@@ -234,6 +300,14 @@ func New(cfg Config) (*Backend, error) {
 	for name, m := range cfg.Models {
 		if m.Vocab > 0 && m.Vocab < MinVocab {
 			return nil, fmt.Errorf("replay: model %s has a vocabulary of %d tokens; synthetic prompts need at least %d", name, m.Vocab, MinVocab)
+		}
+	}
+	if (cfg.Hardware != nil && len(cfg.Hardware) != cfg.Workers) || (cfg.PerWorker != nil && len(cfg.PerWorker) != cfg.Workers) {
+		return nil, fmt.Errorf("replay: per-worker hardware and models must list %d workers", cfg.Workers)
+	}
+	for w, h := range cfg.Hardware {
+		if len(h.Devices) == 0 {
+			return nil, fmt.Errorf("replay: worker %d has no GPU devices", w)
 		}
 	}
 	if err := ensureFileLimit(cfg.fileNeed()); err != nil {
@@ -387,9 +461,9 @@ func (b *Backend) endpoint(w int, model string) string {
 // Load implements policies.Backend: attach to the worker's server (waiting for /health and
 // checking it serves the model) or launch one.
 func (b *Backend) Load(w policies.WorkerID, model string) error {
-	m, ok := b.cfg.Models[model]
-	if !ok {
-		return fmt.Errorf("replay: unknown model %q", model)
+	m, err := b.cfg.model(int(w), model)
+	if err != nil {
+		return err
 	}
 	b.begin()
 	b.wg.Add(1)
@@ -588,14 +662,17 @@ func (b *Backend) launch(ctx context.Context, w int, m Model) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	gpu := w
-	if w < len(b.cfg.GPUs) {
-		gpu = b.cfg.GPUs[w]
+	hw := b.cfg.hardware(w)
+	gpu := devices(hw.Devices)
+	tp := ""
+	if len(hw.Devices) > 1 {
+		tp = "--tensor-parallel-size " + strconv.Itoa(len(hw.Devices))
 	}
 	self, _ := os.Executable()
 	vars := map[string]string{
-		"model": m.Name, "arch": m.Arch, "port": strconv.Itoa(port), "gpu": strconv.Itoa(gpu),
-		"gpu_name": b.cfg.GPUName, "util": strconv.FormatFloat(m.Utilization, 'g', -1, 64),
+		"model": m.Name, "arch": m.Arch, "port": strconv.Itoa(port), "gpu": gpu,
+		"gpu_name": hw.GPUName, "tp": strconv.Itoa(len(hw.Devices)), "tensor_parallel": tp,
+		"util":         strconv.FormatFloat(m.Utilization, 'g', -1, 64),
 		"max_num_seqs": strconv.Itoa(m.MaxNumSeqs), "max_batched_tokens": strconv.Itoa(m.MaxTokens),
 		"time_scale": strconv.FormatFloat(b.cfg.TimeScale, 'g', -1, 64), "worker": strconv.Itoa(w), "mosaic": self,
 		"prefix_caching":  map[bool]string{true: "--enable-prefix-caching", false: "--no-enable-prefix-caching"}[b.cfg.PrefixCaching],
@@ -606,7 +683,7 @@ func (b *Backend) launch(ctx context.Context, w int, m Model) (*server, error) {
 		return nil, errors.New("the launch command is empty")
 	}
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Env = append(os.Environ(), "CUDA_VISIBLE_DEVICES="+strconv.Itoa(gpu), LaunchTimeEnv+"="+began.Format(time.RFC3339Nano))
+	cmd.Env = append(os.Environ(), "CUDA_VISIBLE_DEVICES="+gpu, LaunchTimeEnv+"="+began.Format(time.RFC3339Nano))
 	for k, v := range b.cfg.Env {
 		cmd.Env = append(cmd.Env, k+"="+Expand(v, vars))
 	}
@@ -659,7 +736,7 @@ func (b *Backend) launch(ctx context.Context, w int, m Model) (*server, error) {
 	if err := <-started; err != nil {
 		return nil, err
 	}
-	slog.Info("server launched", "worker", w, "model", m.Name, "pid", cmd.Process.Pid, "url", srv.url)
+	slog.Info("server launched", "worker", w, "model", m.Name, "gpus", gpu, "pid", cmd.Process.Pid, "url", srv.url)
 	if err := b.waitHealthy(ctx, srv, srv.exit); err != nil {
 		stop(srv)
 		return nil, err

@@ -47,20 +47,8 @@ func summaries(t *testing.T, dir string) map[string]traces.SummaryRow {
 // within 5%. Measured: within 1.2% with two busy loops beside the test (the README says where
 // the remaining difference comes from).
 func TestSimAgreesWithReplayOnEmulators(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end replay takes ~20 s")
-	}
-	if raceEnabled {
-		t.Skip("the race detector slows the emulators too much to compare timings")
-	}
-	t.Setenv("MOSAIC_TEST_MAIN", "1")
-	simDir, repDir := t.TempDir(), filepath.Join(t.TempDir(), "replay")
-	code, _, errOut := runCLI("sim", e2eExperiment, "-o", simDir)
-	require.Equal(t, 0, code, errOut)
-	code, out, errOut := runCLI("replay", e2eExperiment, "-o", repDir)
-	require.Equal(t, 0, code, errOut)
+	s, r, repDir, out := simAndReplay(t, e2eExperiment)
 	assert.Contains(t, out, "experiment e2e (replay)")
-	s, r := summaries(t, simDir), summaries(t, repDir)
 	require.Len(t, r, 3)
 	for _, p := range []string{"round-robin", "data-parallel", "mosaic"} {
 		t.Logf("%-14s sim e2e %7.1f s  replay e2e %7.1f s  speedup %.3f / %.3f", p, s[p].E2ES, r[p].E2ES, s[p].SpeedupE2E, r[p].SpeedupE2E)
@@ -96,6 +84,27 @@ func TestSimAgreesWithReplayOnEmulators(t *testing.T) {
 	// The launched servers' logs are kept per worker.
 	logs, _ := filepath.Glob(filepath.Join(repDir, "logs", "worker*.log"))
 	assert.NotEmpty(t, logs)
+}
+
+// simAndReplay simulates an experiment, then replays it on the emulators its [replay] command
+// launches (this test binary), and returns both runs' summaries by policy, the replay's
+// results folder and its output. It skips in -short mode and under the race detector, which
+// slows the emulators' real-time loops too much for a timing comparison.
+func simAndReplay(t *testing.T, exp string) (sim, rep map[string]traces.SummaryRow, repDir, out string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end replay takes 5-20 s")
+	}
+	if raceEnabled {
+		t.Skip("the race detector slows the emulators too much to compare timings")
+	}
+	t.Setenv("MOSAIC_TEST_MAIN", "1")
+	simDir, repDir := t.TempDir(), filepath.Join(t.TempDir(), "replay")
+	code, _, errOut := runCLI("sim", exp, "-o", simDir)
+	require.Equal(t, 0, code, errOut)
+	code, out, errOut = runCLI("replay", exp, "-o", repDir)
+	require.Equal(t, 0, code, errOut)
+	return summaries(t, simDir), summaries(t, repDir), repDir, out
 }
 
 // Killing an emulator mid-run leaves a results folder that --resume completes without
@@ -252,4 +261,36 @@ func readCSV(t *testing.T, path string) [][]string {
 	recs, err := csv.NewReader(f).ReadAll()
 	require.NoError(t, err)
 	return recs[1:]
+}
+
+// A mixed cluster replayed on emulators: the TP-2 worker is one server that sees both of its
+// GPUs (CUDA_VISIBLE_DEVICES=1,2) and is launched with --tensor-parallel-size 2 through the
+// {tensor_parallel} placeholder; the 70B aggregator runs only there, and sim and replay agree.
+func TestReplayMixedClusterOnEmulators(t *testing.T) {
+	s, r, repDir, out := simAndReplay(t, "testdata/e2e-mixed.toml")
+	assert.Contains(t, out, "experiment e2e-mixed (replay): 1 x A100-80GB + 1 x (2 x H100-80GB, tensor-parallel)")
+	for _, p := range []string{"round-robin", "mosaic"} {
+		t.Logf("%-12s sim e2e %6.1f s  replay e2e %6.1f s", p, s[p].E2ES, r[p].E2ES)
+		assert.Zero(t, r[p].FailedCalls, p)
+		assert.InEpsilon(t, s[p].E2ES, r[p].E2ES, 0.1, p)
+	}
+	for _, row := range allCallRows(t, repDir) {
+		if row[5] == "Agg" {
+			assert.Equal(t, "1", row[6], "the aggregator on the TP-2 worker: %v", row)
+		}
+	}
+	logs, err := filepath.Glob(filepath.Join(repDir, "logs", "worker1-Agg-*.log"))
+	require.NoError(t, err)
+	require.NotEmpty(t, logs)
+	data, err := os.ReadFile(logs[0])
+	require.NoError(t, err)
+	assert.Contains(t, string(data), "tensor_parallel_size=2")
+	assert.Contains(t, string(data), "cuda_visible_devices=1,2")
+	a100, err := filepath.Glob(filepath.Join(repDir, "logs", "worker0-*.log"))
+	require.NoError(t, err)
+	require.NotEmpty(t, a100)
+	data, err = os.ReadFile(a100[0])
+	require.NoError(t, err)
+	assert.Contains(t, string(data), "tensor_parallel_size=1")
+	assert.Contains(t, string(data), "cuda_visible_devices=0")
 }

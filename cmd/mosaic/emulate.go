@@ -37,6 +37,7 @@ func runEmulate(args []string, stdout io.Writer) error {
 	maxTokens := fs.Int("max-batched-tokens", emulate.DefaultMaxBatchedTokens, "vLLM max_num_batched_tokens")
 	util := fs.Float64("gpu-memory-utilization", emulate.DefaultGPUMemoryUtilization, "vLLM gpu_memory_utilization: the share of GPU memory for weights and KV cache")
 	blockSize := fs.Int("block-size", emulate.DefaultBlockSize, "tokens per KV-cache block")
+	tensorParallel := fs.Int("tensor-parallel-size", 1, "as vLLM: the worker is a tensor-parallel group of this many GPUs (1, 2, 4 or 8) holding the model sharded")
 	chunked := fs.Bool("chunked-prefill", true, "chunked prefill (vLLM V1); false schedules whole prompts first (V0)")
 	// vLLM's own spellings, so that one launch template serves vLLM and the emulator.
 	enableChunked := fs.Bool("enable-chunked-prefill", false, "as vLLM: chunked prefill on (the default)")
@@ -98,7 +99,8 @@ leading blocks the prefix cache may serve); every request produces exactly max_t
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	opts := emulate.Options{Catalog: sim.DefaultCatalog(), MaxNumSeqs: *maxSeqs, MaxBatchedTokens: *maxTokens,
-		GPUMemoryUtilization: *util, BlockSize: *blockSize, NoChunkedPrefill: !*chunked, NoPrefixCaching: *noPrefix}
+		GPUMemoryUtilization: *util, BlockSize: *blockSize, NoChunkedPrefill: !*chunked, NoPrefixCaching: *noPrefix,
+		TensorParallel: *tensorParallel}
 	for _, path := range catalogs {
 		if err := opts.Catalog.AddFile(path); err != nil {
 			return err
@@ -161,6 +163,8 @@ leading blocks the prefix cache may serve); every request produces exactly max_t
 		ln.Close()
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	logger.Info("serving", "model", cfg.ServedName, "arch", *modelName, "gpu", *gpuName, "tensor_parallel_size", max(1, *tensorParallel),
+		"cuda_visible_devices", os.Getenv("CUDA_VISIBLE_DEVICES"), "listen", ln.Addr().String())
 	if _, err := fmt.Fprintf(stdout, "http://%s\n", ln.Addr()); err != nil {
 		ln.Close()
 		return err

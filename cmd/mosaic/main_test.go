@@ -124,3 +124,29 @@ func TestCalibrateCommand(t *testing.T) {
 	last := func(s string) string { l := strings.Split(strings.TrimSpace(s), "\n"); return l[len(l)-1] }
 	assert.Equal(t, last(out), last(out2))
 }
+
+// mosaic plan and mosaic sim on the mixed-cluster example: the plan names the GPUs of every
+// worker (the H100 pair is one tensor-parallel worker) and puts the 70B aggregator on the
+// pair; sim compares every policy.
+func TestMixedClusterExample(t *testing.T) {
+	if _, ok := dataset.File("workloads/alpacaeval_moa_output_lengths.csv"); !ok {
+		t.Skipf("shared data not found: set %s", dataset.Env)
+	}
+	const exp = "../../experiments/examples/mixed-cluster.toml"
+	code, out, errOut := runCLI("plan", exp)
+	require.Equal(t, 0, code, errOut)
+	for _, want := range []string{
+		"experiment mixed-cluster: 2 x A100-80GB + 1 x (2 x H100-80GB, tensor-parallel)",
+		"  w0   GPU 0        A100-80GB\n",
+		"  w2   GPUs 2,3     H100-80GB x2, tensor-parallel group (TP 2)\n",
+		"w2 (H100-80GB x2)",
+		"lower bound",
+	} {
+		assert.Contains(t, out, want)
+	}
+	code, out, errOut = runCLI("sim", exp, "-o", t.TempDir())
+	require.Equal(t, 0, code, errOut)
+	for _, p := range []string{"round-robin ", "data-parallel ", "mosaic ", "online "} {
+		assert.Contains(t, out, "\n"+p)
+	}
+}

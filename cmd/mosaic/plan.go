@@ -37,8 +37,11 @@ func runPlan(args []string, stdout io.Writer) error {
 		return err
 	}
 	wl := res.Graph.Workload
-	fmt.Fprintf(stdout, "experiment %s: %d x %s, %d queries, %d calls in %d layers\n", res.Name, res.Cluster.Workers, res.GPU.Name,
+	fmt.Fprintf(stdout, "experiment %s: %s, %d queries, %d calls in %d layers\n", res.Name, res.ClusterString(),
 		len(wl.Queries), wl.NumCalls(), wl.Layers())
+	if err := res.WriteWorkers(stdout); err != nil {
+		return err
+	}
 	for _, sp := range plans {
 		if sp == nil {
 			continue
@@ -52,7 +55,7 @@ func runPlan(args []string, stdout io.Writer) error {
 			what = fmt.Sprintf("planned at its barrier, %.1f s, on the calls the rule left, with the models the workers held", sp.Start.Seconds())
 		}
 		fmt.Fprintf(stdout, "\n%s (layer %d, %d calls; %s)\n", experiments.StageName(sp.Layer, wl.Layers()), sp.Layer, calls, what)
-		if err := experiments.WritePlan(stdout, sp); err != nil {
+		if err := experiments.WritePlan(stdout, sp, res.Hardware()); err != nil {
 			return err
 		}
 	}

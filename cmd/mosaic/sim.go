@@ -57,7 +57,7 @@ func runSim(args []string, stdout io.Writer) error {
 		}
 	}
 	start := time.Now()
-	slog.Info("simulating", "experiment", res.Name, "file", exp.File(), "gpu", res.GPU.Name, "workers", res.Cluster.Workers)
+	slog.Info("simulating", "experiment", res.Name, "file", exp.File(), "cluster", res.ClusterString(), "workers", res.NumWorkers())
 	if res.Batch != nil {
 		rep, err := res.RunBatch()
 		if err != nil {

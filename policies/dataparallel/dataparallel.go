@@ -7,10 +7,16 @@
 // Choices: models are taken in the experiment's order, those served again in the next layer
 // last (so that they stay loaded), and a layer starts with the model the previous one ended
 // on; a model's calls of a layer are dealt to workers in turn, in the order they become ready.
+// On a mixed cluster a worker whose GPUs cannot hold a model skips it: the model's calls are
+// dealt in turn to the workers that can run it (equal shares, whatever their speed: the
+// baseline does not weigh workers), and the policy says so on stderr when it starts.
 package dataparallel
 
 import (
+	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 
 	"github.com/mosaic-sched/mosaic/policies"
 )
@@ -33,6 +39,10 @@ type Policy struct {
 	loading []map[job]bool
 	// lastLayer is the graph's last layer: a worker keeps the model it serves there.
 	lastLayer int
+	// capable lists, per model, the workers that can run it; cannot marks, per worker, the
+	// models it skips.
+	capable map[string][]policies.WorkerID
+	cannot  []map[string]bool
 }
 
 var _ policies.Policy = (*Policy)(nil)
@@ -71,31 +81,71 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 	p.next = make([]int, W)
 	p.share = make([]map[job][]int, W)
 	p.loading = make([]map[job]bool, W)
+	p.cannot = make([]map[string]bool, W)
 	for w := range p.share {
 		p.share[w] = map[job][]int{}
 		p.loading[w] = map[job]bool{}
+		p.cannot[w] = map[string]bool{}
+	}
+	p.capable = map[string][]policies.WorkerID{}
+	for _, m := range v.Models() {
+		ws := m.Runnable(W)
+		if len(ws) == 0 && v.Expected(policies.AnyLayer, m.Name) > 0 {
+			return nil, fmt.Errorf("model %s runs on no worker of the cluster", m.Name)
+		}
+		p.capable[m.Name] = ws
+		var skipped []string
+		for w := range W {
+			if !m.CanRun(policies.WorkerID(w)) {
+				p.cannot[w][m.Name] = true
+				skipped = append(skipped, fmt.Sprintf("w%d (%s)", w, m.On(policies.WorkerID(w)).Hardware))
+			}
+		}
+		if len(skipped) > 0 && v.Expected(policies.AnyLayer, m.Name) > 0 {
+			slog.Info("data-parallel: workers that cannot run a model skip it; its calls are dealt to the others",
+				"model", m.Name, "skipped", strings.Join(skipped, ", "), "serving", len(ws))
+		}
 	}
 	p.dealt = map[job]int{}
 	for _, c := range v.Ready() {
-		p.deal(c, W)
+		p.deal(c)
 	}
 	var acts []policies.Action
-	if len(p.jobs) > 0 && p.jobs[0].layer == 0 {
-		for w := 0; w < W; w++ {
-			acts = append(acts, policies.Load(policies.WorkerID(w), p.jobs[0].model))
+	for w := 0; w < W; w++ {
+		if j, ok := p.current(policies.WorkerID(w)); ok && j.layer == 0 {
+			acts = append(acts, policies.Load(policies.WorkerID(w), j.model))
 		}
 	}
 	return acts, nil
 }
 
-func (p *Policy) deal(c policies.CallRef, W int) {
+// Skipped lists, per model, the workers that cannot run it and so take no share of its calls
+// (nil entries on a uniform cluster).
+func (p *Policy) Skipped() map[string][]policies.WorkerID {
+	out := map[string][]policies.WorkerID{}
+	for w, ms := range p.cannot {
+		for m := range ms {
+			out[m] = append(out[m], policies.WorkerID(w))
+		}
+	}
+	return out
+}
+
+// deal gives a released call to the next worker in turn that can run its model.
+func (p *Policy) deal(c policies.CallRef) {
 	j := job{c.Layer, c.Model}
-	w := p.dealt[j] % W
+	ws := p.capable[c.Model]
+	w := ws[p.dealt[j]%len(ws)]
 	p.dealt[j]++
 	p.share[w][j] = append(p.share[w][j], c.ID)
 }
 
+// current is the job worker w serves now, passing over jobs of models it cannot run (false
+// when it has served all of its jobs).
 func (p *Policy) current(w policies.WorkerID) (job, bool) {
+	for p.next[w] < len(p.jobs) && p.cannot[w][p.jobs[p.next[w]].model] {
+		p.next[w]++
+	}
 	if p.next[w] < len(p.jobs) {
 		return p.jobs[p.next[w]], true
 	}
@@ -104,11 +154,10 @@ func (p *Policy) current(w policies.WorkerID) (job, bool) {
 
 // OnEvent implements policies.Policy.
 func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
-	W := v.Workers()
 	switch e.Kind {
 	case policies.EventReleased:
 		for _, c := range e.Calls {
-			p.deal(c, W)
+			p.deal(c)
 		}
 	case policies.EventCancelled:
 		if e.Worker < 0 {
@@ -134,7 +183,7 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 		}
 	case policies.EventUnloaded:
 		w := e.Worker
-		if j, ok := p.current(w); ok && j.layer == 0 && v.Fits(w, j.model) {
+		if j, ok := p.current(w); ok && j.layer == 0 && policies.CanLoad(v, w, j.model) {
 			return append([]policies.Action{policies.Load(w, j.model)}, p.dispatch(v)...)
 		}
 	}
@@ -203,7 +252,7 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 			continue
 		}
 		if !holds {
-			if len(p.share[w][j]) > 0 && !p.loading[w][j] && v.Fits(wid, j.model) {
+			if len(p.share[w][j]) > 0 && !p.loading[w][j] && policies.CanLoad(v, wid, j.model) {
 				p.loading[w][j] = true
 				acts = append(acts, policies.Load(wid, j.model))
 			}

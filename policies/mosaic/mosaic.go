@@ -34,6 +34,7 @@ import (
 
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/policies/solver"
+	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -159,7 +160,10 @@ type Demand struct {
 
 // PlanStage builds and solves the placement problem of a stage: models with their demand,
 // profiled on the cluster's engines. preloaded[w] names the model worker w holds (or is
-// loading); offset[w] is when it becomes free, relative to now.
+// loading); offset[w] is when it becomes free, relative to now. On a mixed cluster
+// (ModelInfo.Workers) a model is profiled on each kind of worker it can run on, once per
+// distinct cost model, and the solver prices each replica with its worker's curve and load
+// time; workers that cannot run it are excluded.
 func PlanStage(ctx context.Context, infos []policies.ModelInfo, outputs map[string]traces.LengthDist, demand []Demand,
 	workers int, preloaded []string, offset []float64, limit time.Duration) (*StagePlan, error) {
 	byName := map[string]policies.ModelInfo{}
@@ -179,20 +183,28 @@ func PlanStage(ctx context.Context, infos []policies.ModelInfo, outputs map[stri
 		if dist == nil {
 			dist = info.Output
 		}
-		prof, err := NewProfile(info, dist, d.Prompt)
-		if err != nil {
-			return nil, err
+		var it solver.Item
+		if info.Workers == nil {
+			prof, err := NewProfile(info, dist, d.Prompt)
+			if err != nil {
+				return nil, err
+			}
+			curve, err := prof.Curve(d.Calls)
+			if err != nil {
+				return nil, err
+			}
+			load := info.LoadTime.Seconds()
+			reps := workers
+			if load > 0 {
+				reps = int(math.Max(1, math.Min(float64(workers), math.Floor(curve.At(d.Calls)/load))))
+			}
+			it = solver.Item{Name: d.Model, Calls: d.Calls, Load: load, Curve: curve, MaxReplicas: reps}
+		} else {
+			var err error
+			if it, err = mixedItem(info, dist, d, workers); err != nil {
+				return nil, err
+			}
 		}
-		curve, err := prof.Curve(d.Calls)
-		if err != nil {
-			return nil, err
-		}
-		load := info.LoadTime.Seconds()
-		reps := workers
-		if load > 0 {
-			reps = int(math.Max(1, math.Min(float64(workers), math.Floor(curve.At(d.Calls)/load))))
-		}
-		it := solver.Item{Name: d.Model, Calls: d.Calls, Load: load, Curve: curve, MaxReplicas: reps}
 		if info.Memory > 1 {
 			it.Fits = make([]bool, workers) // fits no worker: the solver says so
 		}
@@ -214,6 +226,50 @@ func PlanStage(ctx context.Context, infos []policies.ModelInfo, outputs map[stri
 	}
 	sp.Plan = plan
 	return sp, nil
+}
+
+// mixedItem is a model's item on a mixed cluster: its curve and load time on each worker that
+// can run it, one profile per distinct cost model (workers of one kind share it). Its Curve
+// and Load are the first such worker's; its replication cap allows as many replicas as the
+// kind of worker that gains most from them would, up to the workers that can run it.
+func mixedItem(info policies.ModelInfo, dist traces.LengthDist, d Demand, workers int) (solver.Item, error) {
+	it := solver.Item{Name: d.Model, Calls: d.Calls, OnWorker: make([]solver.Cost, workers), Fits: make([]bool, workers)}
+	curves := map[*sim.CostModel]solver.Curve{}
+	reps, runnable := 1, 0
+	for w := range workers {
+		wc := info.On(policies.WorkerID(w))
+		if !info.CanRun(policies.WorkerID(w)) || wc.Cost == nil {
+			continue
+		}
+		curve, ok := curves[wc.Cost]
+		if !ok {
+			prof, err := NewProfile(info.At(policies.WorkerID(w)), dist, d.Prompt)
+			if err != nil {
+				return it, err
+			}
+			if curve, err = prof.Curve(d.Calls); err != nil {
+				return it, err
+			}
+			curves[wc.Cost] = curve
+		}
+		load := wc.LoadTime.Seconds()
+		it.OnWorker[w] = solver.Cost{Load: load, Curve: curve}
+		it.Fits[w] = true
+		if runnable == 0 {
+			it.Curve, it.Load = curve, load
+		}
+		runnable++
+		if load > 0 {
+			reps = max(reps, int(math.Floor(curve.At(d.Calls)/load)))
+		} else {
+			reps = workers
+		}
+	}
+	if runnable == 0 {
+		return it, fmt.Errorf("model %s runs on no worker of the cluster", info.Name)
+	}
+	it.MaxReplicas = max(1, min(reps, runnable))
+	return it, nil
 }
 
 // outputs returns the distributions that differ from the models' own in a layer.
@@ -303,7 +359,7 @@ func (p *Policy) begin(sp *StagePlan, v policies.View, last func(string) bool) {
 func (p *Policy) work(sp *StagePlan, m string, w int) float64 {
 	for i, name := range sp.Models {
 		if name == m {
-			return sp.Problem.Items[i].Curve.At(sp.Plan.Counts[i][w])
+			return sp.Problem.Items[i].CurveOn(w).At(sp.Plan.Counts[i][w])
 		}
 	}
 	return 0
@@ -363,7 +419,8 @@ func (p *Policy) deal(calls []policies.CallRef, v policies.View) {
 		}
 		if best < 0 {
 			// More calls than planned (an online arrival after the plan, or no plan): give it
-			// to the least busy worker that serves the model in this stage, else worker 0.
+			// to the least busy worker that serves the model in this stage, else the first
+			// worker that can run it.
 			for w := range p.workers {
 				if p.workers[w].left[c.Model] > 0 || slices.Contains(p.workers[w].queue, c.Model) {
 					if best < 0 || v.InFlight(policies.WorkerID(w), "") < v.InFlight(policies.WorkerID(best), "") {
@@ -372,8 +429,8 @@ func (p *Policy) deal(calls []policies.CallRef, v policies.View) {
 				}
 			}
 			if best < 0 {
-				best = 0
-				wk := p.workers[0]
+				best = firstRunnable(v, c.Model)
+				wk := p.workers[best]
 				if !slices.Contains(wk.queue, c.Model) {
 					wk.queue = append(wk.queue, c.Model)
 				}
@@ -513,6 +570,9 @@ func (p *Policy) prefetchModel(wk *worker, v policies.View) string {
 	if a == "" || slices.Contains(v.Holds(wk.id), a) || wk.loading == a {
 		return ""
 	}
+	if info, _ := v.Model(a); !info.CanRun(wk.id) {
+		return "" // this worker's GPUs cannot hold it
+	}
 	for _, m := range v.Models() {
 		if m.Name != a && v.Expected(p.stage+1, m.Name) > 0 {
 			return ""
@@ -608,7 +668,7 @@ func (p *Policy) planLayer(layer int, calls []policies.CallRef, v policies.View)
 		case wk.loading != "" && n[wk.loading] > 0:
 			preloaded[wk.id] = wk.loading
 			info, _ := v.Model(wk.loading)
-			offset[wk.id] = max(0, (wk.loadAt + info.LoadTime - v.Now()).Seconds())
+			offset[wk.id] = max(0, (wk.loadAt + info.On(wk.id).LoadTime - v.Now()).Seconds())
 		case len(v.Holds(wk.id)) > 0:
 			offset[wk.id] = unloadTime.Seconds()
 		}
@@ -624,7 +684,7 @@ func (p *Policy) planLayer(layer int, calls []policies.CallRef, v policies.View)
 	}
 	sp, err := PlanStage(context.Background(), v.Models(), p.outputs(layer), demand, W, preloaded, offset, p.opts.TimeLimit)
 	if err != nil || sp.Plan == nil {
-		// Fall back to the workers that hold each model, else worker 0.
+		// Fall back to the workers that hold each model, else the first that can run it.
 		sp = &StagePlan{Problem: solver.Problem{Workers: W}, Plan: &solver.Plan{}}
 		for _, d := range demand {
 			counts := make([]int, W)
@@ -639,7 +699,7 @@ func (p *Policy) planLayer(layer int, calls []policies.CallRef, v policies.View)
 					counts[w] = d.Calls / holders
 				}
 			}
-			counts[0] += d.Calls - sum(counts)
+			counts[firstRunnable(v, d.Model)] += d.Calls - sum(counts)
 			sp.Models = append(sp.Models, d.Model)
 			sp.Problem.Items = append(sp.Problem.Items, solver.Item{Name: d.Model, Calls: d.Calls})
 			sp.Plan.Counts = append(sp.Plan.Counts, counts)
@@ -652,6 +712,16 @@ func (p *Policy) planLayer(layer int, calls []policies.CallRef, v policies.View)
 	p.begin(sp, v, func(m string) bool { return v.Expected(layer+1, m) > 0 })
 	p.deal(calls, v)
 	return err
+}
+
+// firstRunnable is the first worker that can run model (0 when none can: the load then fails
+// with the backend's reason).
+func firstRunnable(v policies.View, model string) int {
+	info, _ := v.Model(model)
+	if ws := info.Runnable(v.Workers()); len(ws) > 0 {
+		return int(ws[0])
+	}
+	return 0
 }
 
 func sum(xs []int) int {

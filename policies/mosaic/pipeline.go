@@ -54,7 +54,6 @@ func (p *Policy) freeWorker(model string, v policies.View) *worker {
 	if !ok {
 		return nil
 	}
-	limit := max(1, info.Engine.MaxNumSeqs)
 	var best *worker
 	bestN := 0
 	for _, wk := range p.workers {
@@ -62,7 +61,7 @@ func (p *Policy) freeWorker(model string, v policies.View) *worker {
 			continue
 		}
 		n := v.InFlight(wk.id, "") + p.inflightEarly[wk.id]
-		if n >= limit {
+		if n >= max(1, info.On(wk.id).Engine.MaxNumSeqs) { // the worker's engine: its GPUs on a mixed cluster
 			continue
 		}
 		if best == nil || n < bestN {
@@ -95,7 +94,7 @@ func (p *Policy) backlog(wk *worker, v policies.View, layer int, prompt, calls m
 		if calls[m] > 0 {
 			mean = max(1, prompt[m]/calls[m])
 		}
-		prof, err := NewProfile(info, dist, mean)
+		prof, err := NewProfile(info.At(wk.id), dist, mean) // the worker's costs on a mixed cluster
 		if err != nil {
 			continue
 		}

@@ -2,8 +2,9 @@
 // expected mix of calls and dispatches each call as it becomes ready, with no stage barrier.
 //
 //   - Placement: the MOSAIC ILP (mosaic.PlanStage) on the expected calls per model over every
-//     layer gives each model its replicas; a worker serves one model at a time, its assigned
-//     models in turn.
+//     layer gives each model its replicas (on a mixed cluster, priced with each worker's own
+//     costs); a worker serves one model at a time, its assigned models in turn. A worker never
+//     takes on a model its GPUs cannot hold (ModelInfo.CanRun), by swap or by stealing.
 //   - Dispatch: each model has one queue of ready calls; a worker pulls from its model's queue
 //     while it has fewer than MaxInFlight calls in flight (late binding, so replicas of a
 //     model share its queue and an idle replica takes work queued for a busy one: work
@@ -90,6 +91,9 @@ type Policy struct {
 	patient  map[string]time.Duration
 	assigned map[string]bool // models the plan gives some worker
 	replicas map[string]int  // scratch of swaps
+	// infos are the models as the View gave them at Start (their per-worker costs on a mixed
+	// cluster).
+	infos map[string]policies.ModelInfo
 	// dropped are queued calls cancelled before they were submitted.
 	dropped map[int]bool
 	// Overlap (calls released open): a query's open calls wait in held until every other
@@ -193,7 +197,9 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 	p.arrival = map[int]time.Duration{}
 	p.meanOut = map[string]float64{}
 	p.limit, p.patient, p.replicas = map[string]int{}, map[string]time.Duration{}, map[string]int{}
+	p.infos = map[string]policies.ModelInfo{}
 	for _, m := range v.Models() {
+		p.infos[m.Name] = m
 		p.models = append(p.models, m.Name)
 		p.queues[m.Name] = &queue{}
 		p.meanOut[m.Name] = p.expectedOutput(v, m)
@@ -304,7 +310,7 @@ func (p *Policy) place(v policies.View, counts map[string]int, prompts map[strin
 		for w, x := range sp.Plan.Counts[i] {
 			if x > 0 {
 				plan[w] = append(plan[w], m)
-				work[w][m] = sp.Problem.Items[i].Curve.At(x)
+				work[w][m] = sp.Problem.Items[i].CurveOn(w).At(x)
 			}
 		}
 	}
@@ -434,7 +440,7 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 		if wk.unloading == e.Model {
 			wk.unloading = ""
 		}
-		if wk.want != "" && wk.unloading == "" && v.Fits(wk.id, wk.want) {
+		if wk.want != "" && wk.unloading == "" && policies.CanLoad(v, wk.id, wk.want) {
 			acts = append(acts, p.load(wk, wk.want))
 		}
 	case policies.EventTimer:
@@ -453,11 +459,10 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 		if len(q.calls) == 0 {
 			continue
 		}
-		limit := p.limit[m]
 		for len(q.calls) > 0 {
 			var best *worker
 			for _, wk := range p.workers {
-				if wk.active == m && !wk.loading && wk.want == "" && len(wk.inflight) < limit && slices.Contains(wk.held, m) &&
+				if wk.active == m && !wk.loading && wk.want == "" && len(wk.inflight) < p.limitOn(wk, m) && slices.Contains(wk.held, m) &&
 					(best == nil || wk.outstanding < best.outstanding) {
 					best = wk
 				}
@@ -479,6 +484,22 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 	}
 	return acts
 }
+
+// limitOn is the most calls of model m worker wk may have in flight: MaxInFlight, else the
+// sequence cap of m's engine on that worker (on a mixed cluster it follows the worker's GPU).
+func (p *Policy) limitOn(wk *worker, m string) int {
+	if p.opts.MaxInFlight > 0 {
+		return p.opts.MaxInFlight
+	}
+	if n := p.infos[m].On(wk.id).Engine.MaxNumSeqs; n > 0 {
+		return n
+	}
+	return p.limit[m]
+}
+
+// canRun reports whether worker wk can run model m at all (on a mixed cluster, whether its
+// GPUs can hold it).
+func (p *Policy) canRun(wk *worker, m string) bool { return p.infos[m].CanRun(wk.id) }
 
 // idle reports whether a worker has nothing in flight and nothing to serve of its model.
 func (p *Policy) idle(wk *worker) bool {
@@ -542,7 +563,7 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 			deepest, depth := "", 0.0
 			for _, m := range p.models {
 				n := len(p.queues[m].calls)
-				if n == 0 || m == wk.active {
+				if n == 0 || m == wk.active || !p.canRun(wk, m) {
 					continue
 				}
 				if replicas[m] == 0 {
@@ -579,7 +600,7 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 		anyWorker := !assigned[m] || now-p.queues[m].since >= 2*p.patient[m]
 		var best *worker
 		for _, wk := range p.workers {
-			if wk.want != "" || wk.loading || wk.unloading != "" {
+			if wk.want != "" || wk.loading || wk.unloading != "" || !p.canRun(wk, m) {
 				continue
 			}
 			if !p.idle(wk) && now-wk.loadedAt < p.patient[wk.active] {
@@ -637,7 +658,7 @@ func (p *Policy) drained(wk *worker, v policies.View) []policies.Action {
 			return []policies.Action{p.unload(wk, h)}
 		}
 	}
-	if v.Fits(wk.id, wk.want) && !slices.Contains(v.Loading(wk.id), wk.want) {
+	if policies.CanLoad(v, wk.id, wk.want) && !slices.Contains(v.Loading(wk.id), wk.want) {
 		return []policies.Action{p.load(wk, wk.want)}
 	}
 	return nil

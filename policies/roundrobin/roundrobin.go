@@ -5,7 +5,8 @@
 // stage, then the aggregator stage on the worker the round-robin gives the aggregator).
 //
 // Details the paper leaves open, chosen here: models are taken layer by layer in the
-// experiment's order, a model keeping the worker it got in the first layer that uses it (so a
+// experiment's order (on a mixed cluster a model skips, in turn, the workers whose GPUs cannot
+// hold it), a model keeping the worker it got in the first layer that uses it (so a
 // MoA aggregator that is also an expert stays where it served as an expert; one that is not
 // continues the round-robin); within a layer a worker serves its models in that order except
 // that models it serves again in the next layer go last, so that they stay loaded.
@@ -52,20 +53,34 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 	p.queue = map[job][]int{}
 	p.lastLayer = v.Layers() - 1
 	home := map[string]int{}
-	n := 0
+	n, homed := 0, 0
 	models := v.Models()
 	for l := range v.Layers() {
 		for _, m := range models {
 			if v.Expected(l, m.Name) == 0 {
 				continue
 			}
-			if _, ok := home[m.Name]; !ok {
-				home[m.Name] = n % W
-				n++
+			if _, ok := home[m.Name]; ok {
+				continue
 			}
+			// The next worker in turn that can run the model (on a mixed cluster a worker
+			// whose GPUs cannot hold it is passed over).
+			w := -1
+			for k := range W {
+				if m.CanRun(policies.WorkerID((n + k) % W)) {
+					w = (n + k) % W
+					n += k + 1
+					break
+				}
+			}
+			if w < 0 {
+				return nil, fmt.Errorf("model %s runs on no worker of the cluster", m.Name)
+			}
+			home[m.Name] = w
+			homed++
 		}
 	}
-	if n == 0 {
+	if homed == 0 {
 		return nil, fmt.Errorf("the workload has no LLM calls")
 	}
 	for w := range p.jobs {
@@ -173,7 +188,7 @@ func open(v policies.View, layer int) bool { return layer == 0 || policies.Layer
 // nor loading and fits.
 func (p *Policy) loadCurrent(w policies.WorkerID, v policies.View) (policies.Action, bool) {
 	j, ok := p.current(w)
-	if !ok || !open(v, j.layer) || slices.Contains(v.Holds(w), j.model) || slices.Contains(v.Loading(w), j.model) || !v.Fits(w, j.model) {
+	if !ok || !open(v, j.layer) || slices.Contains(v.Holds(w), j.model) || slices.Contains(v.Loading(w), j.model) || !policies.CanLoad(v, w, j.model) {
 		return policies.Action{}, false
 	}
 	return policies.Load(w, j.model), true

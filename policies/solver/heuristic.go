@@ -68,7 +68,7 @@ func (p *Problem) lpt(reps []int) [][]int {
 			if i < it.Calls%r {
 				share++
 			}
-			jobs = append(jobs, job{m: m, calls: share, time: it.Load + it.Curve.At(share)})
+			jobs = append(jobs, job{m: m, calls: share, time: p.bestTime(it, share)})
 		}
 	}
 	sort.SliceStable(jobs, func(i, j int) bool { return jobs[i].time > jobs[j].time })
@@ -87,7 +87,7 @@ func (p *Problem) lpt(reps []int) [][]int {
 			if !it.allowed(w) || counts[j.m][w] > 0 {
 				continue
 			}
-			t := load[w] + it.loadOn(w) + it.Curve.At(j.calls)
+			t := load[w] + it.loadOn(w) + it.CurveOn(w).At(j.calls)
 			if bestW < 0 || t < bestT {
 				bestW, bestT = w, t
 			}
@@ -98,9 +98,10 @@ func (p *Problem) lpt(reps []int) [][]int {
 					bestW = w
 				}
 			}
-			load[bestW] -= it.Curve.At(counts[j.m][bestW])
+			c := it.CurveOn(bestW)
+			load[bestW] -= c.At(counts[j.m][bestW])
 			counts[j.m][bestW] += j.calls
-			load[bestW] += it.Curve.At(counts[j.m][bestW])
+			load[bestW] += c.At(counts[j.m][bestW])
 			continue
 		}
 		counts[j.m][bestW] = j.calls
@@ -133,8 +134,9 @@ func (p *Problem) rebalance(counts [][]int) {
 			}
 			// Move the largest number of calls (halving steps) that still helps.
 			for step := counts[m][hi] / 2; step >= 1; step /= 2 {
-				nh := t[hi] - it.Curve.At(counts[m][hi]) + it.Curve.At(counts[m][hi]-step)
-				nl := t[lo] - it.Curve.At(counts[m][lo]) + it.Curve.At(counts[m][lo]+step)
+				ch, cl := it.CurveOn(hi), it.CurveOn(lo)
+				nh := t[hi] - ch.At(counts[m][hi]) + ch.At(counts[m][hi]-step)
+				nl := t[lo] - cl.At(counts[m][lo]) + cl.At(counts[m][lo]+step)
 				if max(nh, nl) < t[hi]-1e-9 {
 					counts[m][hi] -= step
 					counts[m][lo] += step

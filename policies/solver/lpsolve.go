@@ -62,6 +62,10 @@ func (md *ilp) build(integer bool) (*golp.LP, error) {
 		}
 	}
 	identical := p.identicalWorkers()
+	var twins []int
+	if !identical && p.hasWorkerCosts() {
+		twins = p.twins()
+	}
 	for mi, it := range p.Items {
 		R := it.replicas(p.Workers)
 		var one []golp.Entry
@@ -77,7 +81,7 @@ func (md *ilp) build(integer bool) (*golp.LP, error) {
 			add(row, golp.EQ, 0)
 			for w := range p.Workers {
 				if it.allowed(w) {
-					best = min(best, p.offset(w)+it.loadOn(w)+it.share(r))
+					best = min(best, p.offset(w)+it.loadOn(w)+it.shareOn(r, w))
 				}
 			}
 		}
@@ -99,13 +103,15 @@ func (md *ilp) build(integer bool) (*golp.LP, error) {
 		row := []golp.Entry{{Col: md.t[w], Val: 1}}
 		for mi, it := range p.Items {
 			for r := 1; r <= it.replicas(p.Workers); r++ {
-				row = append(row, golp.Entry{Col: md.a[mi][r-1][w], Val: -(it.loadOn(w) + it.share(r))})
+				row = append(row, golp.Entry{Col: md.a[mi][r-1][w], Val: -(it.loadOn(w) + it.shareOn(r, w))})
 			}
 		}
 		add(row, golp.EQ, p.offset(w))
 		add([]golp.Entry{{Col: md.t[w], Val: 1}, {Col: md.c, Val: -1}}, golp.LE, 0)
 		if identical && w > 0 {
 			add([]golp.Entry{{Col: md.t[w-1], Val: 1}, {Col: md.t[w], Val: -1}}, golp.GE, 0)
+		} else if twins != nil && twins[w] >= 0 {
+			add([]golp.Entry{{Col: md.t[twins[w]], Val: 1}, {Col: md.t[w], Val: -1}}, golp.GE, 0)
 		}
 	}
 	if err != nil {

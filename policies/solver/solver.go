@@ -4,10 +4,12 @@
 // solution or fails numerically, Solve falls back to a pure-Go heuristic and says so.
 //
 // The model: a model m with n_m calls served by r replicas splits its calls evenly, so each
-// replica costs at most τ_mrw = L_mw + T_m(ceil(n_m / r)) on worker w, where T_m is the
-// (offline-profiled, concave) time for one worker to serve x calls and L_mw the load cost (0
-// where m is already loaded). With binaries v[m,r] (m gets r replicas) and a[m,r,w] (one of
-// them on w):
+// replica costs at most τ_mrw = L_mw + T_mw(ceil(n_m / r)) on worker w, where T_mw is the
+// (offline-profiled, concave) time for worker w to serve x calls and L_mw the load cost there
+// (0 where m is already loaded). On a cluster of identical workers T_mw = T_m and L_mw = L_m;
+// on a mixed cluster (Item.OnWorker) each worker's GPU type and tensor-parallel degree give its
+// own curve and load time, so a replica of a heavy model costs less on a faster worker. With
+// binaries v[m,r] (m gets r replicas) and a[m,r,w] (one of them on w):
 //
 //	minimise   C
 //	subject to Σ_r v[m,r] = 1                                   one replica count per model
@@ -15,7 +17,7 @@
 //	           Σ_r a[m,r,w] <= 1   (0 where m does not fit w)
 //	           t_w = o_w + Σ_m Σ_r τ_mrw a[m,r,w] <= C           o_w: when w becomes free
 //	           C >= min_{r,w} (o_w + τ_mrw)                       a valid cut per model
-//	           t_w >= t_{w+1}  for interchangeable workers        symmetry breaking
+//	           t_w >= t_w'  for interchangeable workers w < w'   symmetry breaking
 //	           r <= R_m                                           the replication cap
 //
 // Splitting evenly keeps the ILP small and its LP relaxation tight (every job is a constant),
@@ -31,6 +33,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -43,12 +46,16 @@ type Curve struct {
 	T []float64
 }
 
-// At returns the time to serve x calls (0 for x <= 0).
+// At returns the time to serve x calls (0 for x <= 0; +Inf for x > 0 on an empty curve: a
+// worker with no cost for the model cannot serve it).
 func (c Curve) At(x int) float64 {
 	if x <= 0 {
 		return 0
 	}
 	n := len(c.X)
+	if n == 0 {
+		return math.Inf(1)
+	}
 	if x <= c.X[0] || n == 1 {
 		return c.T[0]
 	}
@@ -96,6 +103,34 @@ type Item struct {
 	Preloaded []bool
 	// Fits marks the workers whose memory can hold the model; nil: all.
 	Fits []bool
+	// OnWorker, when set (one entry per worker), gives the model's load time and serving curve
+	// on each worker and replaces Load and Curve: on a cluster of mixed GPU types or
+	// tensor-parallel degrees a replica's time depends on its worker. The entries of workers
+	// that Fits excludes are ignored.
+	OnWorker []Cost
+}
+
+// Cost is a model's cost on one worker: the time to load it there (seconds) and the time for
+// the worker to serve x calls of it.
+type Cost struct {
+	Load  float64
+	Curve Curve
+}
+
+// CurveOn returns the item's serving curve on worker w.
+func (it Item) CurveOn(w int) Curve {
+	if it.OnWorker != nil {
+		return it.OnWorker[w].Curve
+	}
+	return it.Curve
+}
+
+// LoadOn returns the time to load the item on worker w where it is not preloaded.
+func (it Item) LoadOn(w int) float64 {
+	if it.OnWorker != nil {
+		return it.OnWorker[w].Load
+	}
+	return it.Load
 }
 
 // Problem is a placement problem.
@@ -117,6 +152,16 @@ const (
 	TimeLimit Status = "time-limit" // the ILP's best solution when the time limit struck
 	Heuristic Status = "heuristic"  // the fallback heuristic
 )
+
+// Describe says in words how a plan was found, for people: "optimal" (proved), "best found
+// (time limit)" (the best plan when the ILP's time limit struck: not proved optimal, and no
+// farther from the optimum than the gap to the lower bound says), or "heuristic".
+func (s Status) Describe() string {
+	if s == TimeLimit {
+		return "best found (time limit)"
+	}
+	return string(s)
+}
 
 // Plan is a placement: Counts[m][w] calls of item m on worker w.
 type Plan struct {
@@ -157,17 +202,33 @@ func (p *Problem) Validate() error {
 		if it.Calls <= 0 {
 			return fmt.Errorf("solver: item %s has %d calls", it.Name, it.Calls)
 		}
-		if err := it.Curve.validate(); err != nil {
-			return fmt.Errorf("solver: item %s: %w", it.Name, err)
+		if it.OnWorker == nil {
+			if err := it.Curve.validate(); err != nil {
+				return fmt.Errorf("solver: item %s: %w", it.Name, err)
+			}
+			if it.Load < 0 {
+				return fmt.Errorf("solver: item %s: negative load time", it.Name)
+			}
 		}
-		if it.Load < 0 {
-			return fmt.Errorf("solver: item %s: negative load time", it.Name)
-		}
-		if (it.Fits != nil && len(it.Fits) != p.Workers) || (it.Preloaded != nil && len(it.Preloaded) != p.Workers) {
+		if (it.Fits != nil && len(it.Fits) != p.Workers) || (it.Preloaded != nil && len(it.Preloaded) != p.Workers) ||
+			(it.OnWorker != nil && len(it.OnWorker) != p.Workers) {
 			return fmt.Errorf("solver: item %s: per-worker lists must have %d entries", it.Name, p.Workers)
 		}
 		if p.allowedCount(it) == 0 {
 			return fmt.Errorf("solver: model %s fits no worker's memory", it.Name)
+		}
+		if it.OnWorker != nil {
+			for w, c := range it.OnWorker {
+				if !it.allowed(w) {
+					continue
+				}
+				if err := c.Curve.validate(); err != nil {
+					return fmt.Errorf("solver: item %s on worker %d: %w", it.Name, w, err)
+				}
+				if c.Load < 0 || math.IsNaN(c.Load) || math.IsInf(c.Load, 0) {
+					return fmt.Errorf("solver: item %s on worker %d: load time %g", it.Name, w, c.Load)
+				}
+			}
 		}
 	}
 	return nil
@@ -184,11 +245,13 @@ func (p *Problem) allowedCount(it Item) int {
 }
 
 func (it Item) allowed(w int) bool { return it.Fits == nil || it.Fits[w] }
+
+// loadOn is the load cost of the item on worker w: 0 where it is preloaded.
 func (it Item) loadOn(w int) float64 {
 	if it.Preloaded != nil && it.Preloaded[w] {
 		return 0
 	}
-	return it.Load
+	return it.LoadOn(w)
 }
 
 func (it Item) replicas(workers int) int {
@@ -199,11 +262,33 @@ func (it Item) replicas(workers int) int {
 	return min(r, it.Calls)
 }
 
-// share is the time a replica of it serves when the item has r replicas: T(ceil(n / r)).
-func (it Item) share(r int) float64 { return it.Curve.At((it.Calls + r - 1) / r) }
+// shareOn is the time a replica of it serves on worker w when the item has r replicas:
+// T_w(ceil(n / r)); 0 on a worker that cannot hold it and has no cost of its own.
+func (it Item) shareOn(r, w int) float64 {
+	c := it.CurveOn(w)
+	if len(c.X) == 0 && !it.allowed(w) {
+		return 0
+	}
+	return c.At((it.Calls + r - 1) / r)
+}
 
-// identicalWorkers reports whether workers are interchangeable (same offset, no preloads or
-// memory limits).
+// bestTime is the least time one replica of x calls takes, load included, on any worker that
+// may hold the item (every worker's, on identical workers).
+func (p *Problem) bestTime(it Item, x int) float64 {
+	if it.OnWorker == nil {
+		return it.Load + it.Curve.At(x)
+	}
+	best := math.Inf(1)
+	for w := 0; w < p.Workers; w++ {
+		if it.allowed(w) {
+			best = min(best, it.OnWorker[w].Load+it.OnWorker[w].Curve.At(x))
+		}
+	}
+	return best
+}
+
+// identicalWorkers reports whether workers are interchangeable (same offset, no preloads,
+// memory limits or per-worker costs).
 func (p *Problem) identicalWorkers() bool {
 	for w := 1; w < p.Workers; w++ {
 		if p.offset(w) != p.offset(0) {
@@ -211,7 +296,50 @@ func (p *Problem) identicalWorkers() bool {
 		}
 	}
 	for _, it := range p.Items {
-		if it.Preloaded != nil || it.Fits != nil {
+		if it.Preloaded != nil || it.Fits != nil || it.OnWorker != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// hasWorkerCosts reports whether some item has per-worker costs (a mixed cluster).
+func (p *Problem) hasWorkerCosts() bool {
+	for _, it := range p.Items {
+		if it.OnWorker != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// twins returns, for each worker, the closest earlier worker that is interchangeable with it
+// (the same offset and, for every item, the same fit, preload, load time and curve), or -1:
+// on a mixed cluster the workers of one group are twins, and the ILP orders their finish
+// times to break the symmetry between them.
+func (p *Problem) twins() []int {
+	out := make([]int, p.Workers)
+	for w := range out {
+		out[w] = -1
+		for v := w - 1; v >= 0; v-- {
+			if p.interchangeable(v, w) {
+				out[w] = v
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (p *Problem) interchangeable(a, b int) bool {
+	if p.offset(a) != p.offset(b) {
+		return false
+	}
+	for _, it := range p.Items {
+		if it.allowed(a) != it.allowed(b) || it.loadOn(a) != it.loadOn(b) {
+			return false
+		}
+		if ca, cb := it.CurveOn(a), it.CurveOn(b); !slices.Equal(ca.X, cb.X) || !slices.Equal(ca.T, cb.T) {
 			return false
 		}
 	}
@@ -259,7 +387,7 @@ func (p *Problem) Evaluate(counts [][]int) []float64 {
 	for m, it := range p.Items {
 		for w := 0; w < p.Workers; w++ {
 			if x := counts[m][w]; x > 0 {
-				t[w] += it.loadOn(w) + it.Curve.At(x)
+				t[w] += it.loadOn(w) + it.CurveOn(w).At(x)
 			}
 		}
 	}
@@ -324,7 +452,9 @@ func (p Problem) timeLimitSeconds() int {
 // m needs at least r = ceil(n_m / x_m(C)) replicas and, T_m being concave, at least
 // r L_m + floor(n_m / x_m(C)) T_m(x_m(C)) + T_m(n_m mod x_m(C)) of work; the smallest C whose
 // total work fits on the workers (Σ_m work_m(C) + Σ_w o_w <= W C) bounds the makespan. Load
-// costs are taken at their cheapest worker, so preloads only weaken the bound.
+// costs are taken at their cheapest worker, so preloads only weaken the bound; on a mixed
+// cluster T_m is the pointwise fastest of the workers' curves (concave too), so a replica's
+// work is never overstated wherever it runs.
 func WorkBound(p Problem) float64 {
 	offsets := 0.0
 	minOff := math.Inf(1)
@@ -335,9 +465,24 @@ func WorkBound(p Problem) float64 {
 	load := func(it Item) float64 {
 		l := math.Inf(1)
 		for w := 0; w < p.Workers; w++ {
-			l = min(l, it.loadOn(w))
+			if it.OnWorker == nil || it.allowed(w) {
+				l = min(l, it.loadOn(w))
+			}
 		}
 		return l
+	}
+	// fastest is the item's time to serve x calls on its fastest worker.
+	fastest := func(it Item, x int) float64 {
+		if it.OnWorker == nil {
+			return it.Curve.At(x)
+		}
+		t := math.Inf(1)
+		for w := 0; w < p.Workers; w++ {
+			if it.allowed(w) {
+				t = min(t, it.OnWorker[w].Curve.At(x))
+			}
+		}
+		return t
 	}
 	// feasible reports whether makespan c leaves room for every model's work.
 	feasible := func(c float64) bool {
@@ -345,11 +490,11 @@ func WorkBound(p Problem) float64 {
 		for _, it := range p.Items {
 			L := load(it)
 			budget := c - minOff - L
-			if budget < it.Curve.At(1) {
+			if budget < fastest(it, 1) {
 				return false
 			}
 			// x_max: the most calls one replica serves within the budget (T is non-decreasing).
-			xmax := sort.Search(it.Calls, func(x int) bool { return it.Curve.At(x+1) > budget })
+			xmax := sort.Search(it.Calls, func(x int) bool { return fastest(it, x+1) > budget })
 			if xmax == 0 {
 				return false
 			}
@@ -358,7 +503,7 @@ func WorkBound(p Problem) float64 {
 				return false
 			}
 			full := it.Calls / xmax
-			total += float64(r)*L + float64(full)*it.Curve.At(xmax) + it.Curve.At(it.Calls-full*xmax)
+			total += float64(r)*L + float64(full)*fastest(it, xmax) + fastest(it, it.Calls-full*xmax)
 		}
 		return total <= float64(p.Workers)*c+1e-9
 	}

@@ -46,7 +46,8 @@ func randomProblem(r *rand.Rand, items, workers, maxCalls int) solver.Problem {
 
 // bruteForce enumerates every replica count and every set of workers for every item under
 // the ILP's model (even splits: a replica of an item with r replicas costs its load plus
-// T(ceil(n/r))) and returns the best makespan.
+// T(ceil(n/r)) on its worker, per-worker costs and fits included) and returns the best
+// makespan.
 func bruteForce(p solver.Problem) float64 {
 	best := math.Inf(1)
 	t := make([]float64, p.Workers)
@@ -58,21 +59,28 @@ func bruteForce(p solver.Problem) float64 {
 		}
 		it := p.Items[m]
 		R := min(cap(it, p.Workers), it.Calls, p.Workers)
+	sets:
 		for set := 1; set < 1<<p.Workers; set++ {
 			r := bits.OnesCount(uint(set))
 			if r > R {
 				continue
 			}
-			share := it.Curve.At((it.Calls + r - 1) / r)
+			for w := 0; w < p.Workers; w++ {
+				if set&(1<<w) != 0 && it.Fits != nil && !it.Fits[w] {
+					continue sets
+				}
+			}
+			x := (it.Calls + r - 1) / r
+			cost := func(w int) float64 { return it.LoadOn(w) + it.CurveOn(w).At(x) }
 			for w := 0; w < p.Workers; w++ {
 				if set&(1<<w) != 0 {
-					t[w] += it.Load + share
+					t[w] += cost(w)
 				}
 			}
 			rec(m + 1)
 			for w := 0; w < p.Workers; w++ {
 				if set&(1<<w) != 0 {
-					t[w] -= it.Load + share
+					t[w] -= cost(w)
 				}
 			}
 		}
@@ -112,22 +120,6 @@ func requireILP(t *testing.T) {
 	t.Helper()
 	if !solver.ILPAvailable {
 		t.Skip("built without lp_solve: run through make (go test -tags lpsolve with the Makefile's CGO flags)")
-	}
-}
-
-func TestILPMatchesBruteForce(t *testing.T) {
-	requireILP(t)
-	r := rand.New(rand.NewPCG(1, 2))
-	for i := 0; i < 25; i++ {
-		p := randomProblem(r, 1+r.IntN(5), 2+r.IntN(3), 40)
-		plan, err := solver.SolveILP(context.Background(), p)
-		require.NoError(t, err)
-		require.Equal(t, solver.Optimal, plan.Status)
-		bf := bruteForce(p)
-		assert.InDelta(t, bf, plan.ILPMakespan, 1e-6*bf, "instance %d", i)
-		assert.LessOrEqual(t, plan.LowerBound, plan.ILPMakespan+1e-6)
-		assert.LessOrEqual(t, plan.Makespan, plan.ILPMakespan+1e-6, "improving moves never make it worse")
-		checkPlan(t, p, plan)
 	}
 }
 
@@ -205,4 +197,153 @@ func TestCurveAt(t *testing.T) {
 		assert.InDelta(t, want, c.At(x), 1e-9, "x=%d", x)
 	}
 	assert.Equal(t, 5.0, solver.Curve{X: []int{3}, T: []float64{5}}.At(10))
+}
+
+// scaled returns c with every time multiplied by f (a worker f times slower).
+func scaled(c solver.Curve, f float64) solver.Curve {
+	out := solver.Curve{X: append([]int(nil), c.X...)}
+	for _, t := range c.T {
+		out.T = append(out.T, t*f)
+	}
+	return out
+}
+
+// mixedProblem is a random problem on a mixed cluster: the first half of the workers are
+// slow (1.5 to 3x the fast ones' times, loads included), and some workers cannot hold some
+// models.
+func mixedProblem(r *rand.Rand, items, workers, maxCalls int) solver.Problem {
+	p := randomProblem(r, items, workers, maxCalls)
+	slow := 1.5 + 1.5*r.Float64()
+	for i := range p.Items {
+		it := &p.Items[i]
+		it.OnWorker = make([]solver.Cost, workers)
+		it.Fits = make([]bool, workers)
+		for w := range workers {
+			f := 1.0
+			if w < workers/2 {
+				f = slow
+			}
+			it.Fits[w] = w == workers-1 || r.Float64() < 0.8
+			if it.Fits[w] { // a worker that cannot hold the model has no cost for it
+				it.OnWorker[w] = solver.Cost{Load: it.Load * f, Curve: scaled(it.Curve, f)}
+			}
+		}
+	}
+	return p
+}
+
+// The ILP finds the optimum of its model (brute force over replica counts and worker sets), on
+// identical workers and with per-worker costs and fits (a mixed cluster), where its symmetry
+// breaking between interchangeable workers must cut no optimum; its bound stays below it, the
+// work bound below any plan, improving moves never make the plan worse, and the heuristic's
+// plan is valid.
+func TestILPMatchesBruteForce(t *testing.T) {
+	requireILP(t)
+	tests := []struct {
+		name     string
+		seed     uint64
+		problem  func(r *rand.Rand, items, workers, maxCalls int) solver.Problem
+		maxItems int
+	}{
+		{"identical workers", 1, randomProblem, 5},
+		{"mixed cluster", 5, mixedProblem, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(tt.seed, tt.seed+1))
+			for i := 0; i < 25; i++ {
+				p := tt.problem(r, 1+r.IntN(tt.maxItems), 2+r.IntN(3), 40)
+				plan, err := solver.SolveILP(context.Background(), p)
+				require.NoError(t, err)
+				require.Equal(t, solver.Optimal, plan.Status)
+				bf := bruteForce(p)
+				assert.InDelta(t, bf, plan.ILPMakespan, 1e-6*bf, "instance %d", i)
+				assert.LessOrEqual(t, plan.LowerBound, plan.ILPMakespan+1e-6, "instance %d", i)
+				assert.LessOrEqual(t, solver.WorkBound(p), bf+1e-6, "instance %d: the work bound holds for any plan", i)
+				assert.LessOrEqual(t, plan.Makespan, plan.ILPMakespan+1e-6, "instance %d: improving moves never make it worse", i)
+				checkPlan(t, p, plan)
+				checkPlan(t, p, solver.SolveHeuristic(p))
+			}
+		})
+	}
+}
+
+// On 2 slow and 2 fast workers, the heavy model goes to the fast workers and the light ones
+// to the slow workers, by the ILP and by the heuristic alike, whichever workers are the fast
+// ones: the per-worker costs decide, not the workers' order.
+func TestHeavyModelOnFastWorkers(t *testing.T) {
+	const slow = 2.5
+	for _, fastWorkers := range [][]int{{2, 3}, {0, 1}} {
+		heavy := solver.Item{Name: "Heavy", Calls: 400, Load: 40, Curve: curve(900, 6, 400)}
+		light1 := solver.Item{Name: "Light1", Calls: 400, Load: 30, Curve: curve(20, 1, 400)}
+		light2 := solver.Item{Name: "Light2", Calls: 400, Load: 30, Curve: curve(20, 1, 400)}
+		p := solver.Problem{Workers: 4, Items: []solver.Item{heavy, light1, light2}}
+		for i := range p.Items {
+			it := &p.Items[i]
+			it.OnWorker = make([]solver.Cost, 4)
+			for w := range 4 {
+				f := slow
+				if w == fastWorkers[0] || w == fastWorkers[1] {
+					f = 1
+				}
+				it.OnWorker[w] = solver.Cost{Load: it.Load * f, Curve: scaled(it.Curve, f)}
+			}
+		}
+		plans := []*solver.Plan{solver.SolveHeuristic(p)}
+		if solver.ILPAvailable {
+			plan, err := solver.SolveILP(context.Background(), p)
+			require.NoError(t, err)
+			plans = append(plans, plan)
+		}
+		for _, plan := range plans {
+			checkPlan(t, p, plan)
+			onFast := plan.Counts[0][fastWorkers[0]] + plan.Counts[0][fastWorkers[1]]
+			assert.Equal(t, 400, onFast, "fast workers %v, %s: every heavy call on a fast worker: %v", fastWorkers, plan.Status, plan.Counts)
+		}
+	}
+}
+
+func TestMixedProblemValidation(t *testing.T) {
+	c := curve(1, 1, 3)
+	p := solver.Problem{Workers: 2, Items: []solver.Item{{Name: "M", Calls: 3, OnWorker: []solver.Cost{{Load: 1, Curve: c}}}}}
+	assert.EqualError(t, p.Validate(), "solver: item M: per-worker lists must have 2 entries")
+	p.Items[0].OnWorker = []solver.Cost{{Load: 1, Curve: c}, {Load: 1}}
+	assert.EqualError(t, p.Validate(), "solver: item M on worker 1: curve needs as many times as breakpoints, at least one")
+	// A worker the model does not fit needs no cost.
+	p.Items[0].Fits = []bool{true, false}
+	require.NoError(t, p.Validate())
+	p.Items[0].OnWorker[0].Load = -1
+	assert.EqualError(t, p.Validate(), "solver: item M on worker 0: load time -1")
+}
+
+func TestStatusDescribe(t *testing.T) {
+	assert.Equal(t, "optimal", solver.Optimal.Describe())
+	assert.Equal(t, "best found (time limit)", solver.TimeLimit.Describe())
+	assert.Equal(t, "heuristic", solver.Heuristic.Describe())
+}
+
+// Hand-computed: 300 calls of one model on two workers, 0.6 s a call on the slow one and 0.4 s
+// on the fast one, no load time. The ILP's even splits give 150 + 150 (90 s on the slow
+// worker, better than 120 s for all on the fast one); trading calls between the replicas
+// until the finish times meet gives x0 + x1 = 300 with 0.6 x0 = 0.4 x1: 120 calls on the slow
+// worker, 180 on the fast one, both done at 72 s.
+func TestFasterWorkerTakesMoreCalls(t *testing.T) {
+	linear := func(perCall float64) solver.Curve {
+		return solver.Curve{X: []int{1, 300}, T: []float64{perCall, 300 * perCall}}
+	}
+	p := solver.Problem{Workers: 2, Items: []solver.Item{{Name: "M", Calls: 300,
+		OnWorker: []solver.Cost{{Curve: linear(0.6)}, {Curve: linear(0.4)}}}}}
+	plans := []*solver.Plan{solver.SolveHeuristic(p)}
+	if solver.ILPAvailable {
+		plan, err := solver.SolveILP(context.Background(), p)
+		require.NoError(t, err)
+		assert.InDelta(t, 90, plan.ILPMakespan, 1e-9, "the ILP's even split")
+		plans = append(plans, plan)
+	}
+	for _, plan := range plans {
+		checkPlan(t, p, plan)
+		assert.Equal(t, [][]int{{120, 180}}, plan.Counts, plan.Status)
+		assert.InDelta(t, 72, plan.Makespan, 1e-9, plan.Status)
+		assert.InDeltaSlice(t, []float64{72, 72}, plan.WorkerTime, 1e-9, plan.Status)
+	}
 }

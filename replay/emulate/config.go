@@ -151,6 +151,9 @@ type Options struct {
 	NoChunkedPrefill bool
 	// NoPrefixCaching turns automatic prefix caching off (vLLM's --no-enable-prefix-caching).
 	NoPrefixCaching bool
+	// TensorParallel is vLLM's tensor_parallel_size: the worker is a group of that many GPUs
+	// (1, 2, 4 or 8; 0 means 1) holding the model sharded (sim.WithTP).
+	TensorParallel int
 }
 
 // ConfigFor builds the Config of one worker from catalog names, the way experiments resolve a
@@ -173,7 +176,19 @@ func ConfigFor(gpuName, modelName string, o Options) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("emulate: %w", err)
 	}
-	cm, err := sim.NewCostModel(m, g, prof.For(g))
+	tp := orInt(o.TensorParallel, 1)
+	switch tp {
+	case 1, 2, 4, 8:
+	default:
+		return Config{}, fmt.Errorf("emulate: tensor parallel size must be 1, 2, 4 or 8, got %d", tp)
+	}
+	if err := sim.ValidTP(m, tp); err != nil {
+		return Config{}, fmt.Errorf("emulate: %w", err)
+	}
+	if tp > 1 && g.CollectiveGBps(tp) <= 0 {
+		return Config{}, fmt.Errorf("emulate: GPU %s has no interconnect in the catalog: cannot run tensor parallelism", g.Name)
+	}
+	cm, err := sim.NewCostModel(m, g, prof.For(g), sim.WithTP(tp))
 	if err != nil {
 		return Config{}, fmt.Errorf("emulate: %w", err)
 	}

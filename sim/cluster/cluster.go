@@ -1,5 +1,8 @@
 // Package cluster is the simulated Backend: W GPU workers in virtual time, each running one
-// sim.Engine per loaded model, with model load and unload costs from the cost model.
+// sim.Engine per loaded model, with model load and unload costs from the cost model. The
+// workers of a mixed cluster (Config.PerWorker) differ in GPU type and tensor-parallel degree:
+// each runs a model with its own cost model and engine, and refuses a model its GPUs cannot
+// hold.
 //
 // A worker may hold several models when their memory fractions fit (the Driver checks); engines
 // that have work at the same time share the GPU by processor sharing: each iteration takes as
@@ -25,14 +28,42 @@ import (
 type ModelSetup struct {
 	Cost   *sim.CostModel
 	Engine sim.EngineConfig
+	// Unfit, when set, says why the model cannot run on the worker (a PerWorker entry of a
+	// mixed cluster): a load there fails with it.
+	Unfit string
 }
 
 // Config describes the simulated cluster.
 type Config struct {
 	Workers int
-	Models  map[string]ModelSetup
+	// Models says how each model runs on every worker.
+	Models map[string]ModelSetup
+	// PerWorker, when set (one map per worker), says how each model runs on each worker
+	// instead of Models: the workers of a mixed cluster differ in GPU type and tensor-parallel
+	// degree, so each runs a model with its own cost model and engine (KV cache). A model
+	// missing from a worker's map, or marked Unfit there, cannot be loaded on it.
+	PerWorker []map[string]ModelSetup
 	// UnloadTime is the time to stop an engine and free its memory.
 	UnloadTime time.Duration
+}
+
+// setup returns how model runs on worker w, or an error when it cannot run there.
+func (cfg *Config) setup(w int, model string) (ModelSetup, error) {
+	if cfg.PerWorker == nil {
+		s, ok := cfg.Models[model]
+		if !ok {
+			return s, fmt.Errorf("cluster: unknown model %q", model)
+		}
+		return s, nil
+	}
+	s, ok := cfg.PerWorker[w][model]
+	switch {
+	case !ok:
+		return s, fmt.Errorf("cluster: model %q cannot run on worker %d", model, w)
+	case s.Unfit != "":
+		return s, fmt.Errorf("cluster: model %s cannot run on worker %d: %s", model, w, s.Unfit)
+	}
+	return s, nil
 }
 
 type itemKind int
@@ -120,6 +151,9 @@ func New(cfg Config) (*Cluster, error) {
 	if cfg.Workers <= 0 {
 		return nil, fmt.Errorf("cluster: %d workers", cfg.Workers)
 	}
+	if cfg.PerWorker != nil && len(cfg.PerWorker) != cfg.Workers {
+		return nil, fmt.Errorf("cluster: %d per-worker model setups for %d workers", len(cfg.PerWorker), cfg.Workers)
+	}
 	c := &Cluster{cfg: cfg}
 	for i := 0; i < cfg.Workers; i++ {
 		c.workers = append(c.workers, &worker{id: i, engines: map[string]*engine{}})
@@ -134,9 +168,12 @@ func (c *Cluster) Now() time.Duration { return c.q.Now() }
 
 // Load implements policies.Backend.
 func (c *Cluster) Load(w policies.WorkerID, model string) error {
-	setup, ok := c.cfg.Models[model]
-	if !ok {
-		return fmt.Errorf("cluster: unknown model %q", model)
+	if w < 0 || int(w) >= len(c.workers) {
+		return fmt.Errorf("cluster: no worker %d", w)
+	}
+	setup, err := c.cfg.setup(int(w), model)
+	if err != nil {
+		return err
 	}
 	c.q.Schedule(c.Now()+setup.Cost.LoadTime(), item{kind: itemLoaded, worker: int(w), model: model})
 	return nil
@@ -307,8 +344,11 @@ func (c *Cluster) process(now time.Duration, it item) {
 	case itemTimer:
 		c.out = append(c.out, policies.Event{Kind: policies.EventTimer, At: now})
 	case itemLoaded:
-		setup := c.cfg.Models[it.model]
-		eng, err := sim.NewEngine(setup.Engine, setup.Cost)
+		setup, err := c.cfg.setup(it.worker, it.model)
+		var eng *sim.Engine
+		if err == nil {
+			eng, err = sim.NewEngine(setup.Engine, setup.Cost)
+		}
 		wk := c.workers[it.worker]
 		if err != nil {
 			c.out = append(c.out, policies.Event{Kind: policies.EventFailed, At: now, Worker: policies.WorkerID(it.worker), Model: it.model, Err: err})
