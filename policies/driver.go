@@ -475,6 +475,7 @@ func (d *Driver) start(id int, now time.Duration, out []CallRef) []CallRef {
 		// Released when its query arrived: it is now an ordinary ready call, or its worker
 		// gets the rest of its prompt.
 		cs.open = false
+		cs.ready = now // ready to run now: any wait before is for its inputs, not in a queue
 		if cs.status == callSubmitted {
 			d.grow(id, true)
 		}
