@@ -533,6 +533,11 @@ func (p *Policy) advance(wk *worker, v policies.View) []policies.Action {
 			return nil
 		}
 	}
+	if !slices.Contains(v.Holds(wk.id), done) {
+		// Its calls were cancelled while it was still loading: drive unloads it once it has
+		// loaded, for the next model.
+		return nil
+	}
 	wk.want = next
 	return []policies.Action{wk.unload(done)}
 }
