@@ -19,7 +19,7 @@ import (
 )
 
 func runCalibrate(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("calibrate", flag.ContinueOnError)
+	fs := newFlagSet("calibrate", flag.ContinueOnError)
 	data := fs.String("data", "", "measured batch latencies (CSV in the LLM-Inference-Bench format)")
 	splitwise := fs.String("splitwise", "", "check iteration times against Splitwise's performance model (CSV): fit per GPU leaving one tensor-parallel degree out at a time (or the --holdout rows) and report the held-out errors")
 	forward := fs.String("forward", "", "compare the cost model's GPU time with a forward-pass profile (CSV written by tools/profile_forward.py); needs --gpu")
@@ -40,7 +40,7 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	profile := fs.String("profile", "", "predict with this profile instead of the built-in one")
 	catalog := fs.String("catalog", "", "extra GPUs and models (TOML)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mosaic calibrate --data FILE [--framework vLLM] [--gpus 1[,2,4]] [--gpu NAME] [--model M] [--fit [--holdout KEY=V,...] [--fit-only KEY]] [-o profile.toml]\n       mosaic calibrate --splitwise FILE [--holdout tp=8] [--model llama2-70b]\n       mosaic calibrate --forward FILE --gpu NAME [--model llama-3-8b]")
+		fmt.Fprintln(fs.Output(), "usage: mosaic calibrate --data FILE [--framework vLLM] [--gpus 1[,2,4]] [--gpu NAME] [--model M] [--fit [--holdout KEY=V,...] [--fit-only KEY]] [-o profile.toml]\n       mosaic calibrate --splitwise FILE [--holdout tp=8] [--model llama2-70b]\n       mosaic calibrate --forward FILE --gpu NAME [--model llama-3-8b]\n       mosaic calibrate --cpu-overheads FILE [--gpu NAME] [--model M] [--context C]\n\nexamples:\n  mosaic calibrate --data ../shared/data/profiles/argonne_inference_bench_no_h100.csv --gpus 4 --gpu A100-40GB\n  mosaic calibrate --data ../shared/data/profiles/argonne_inference_bench_no_h100.csv --gpus 2,4,8 --gpu MI300X --fit --holdout tp=8")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterspersed(fs, args)

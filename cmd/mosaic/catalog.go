@@ -13,7 +13,7 @@ import (
 // runCatalog lists the built-in catalog (extended by --catalog): GPUs, models or engine
 // presets.
 func runCatalog(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("catalog", flag.ContinueOnError)
+	fs := newFlagSet("catalog", flag.ContinueOnError)
 	extra := fs.String("catalog", "", "extra GPUs, models and engine presets (TOML)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mosaic catalog [gpus|models|engines] [--catalog extra.toml]")

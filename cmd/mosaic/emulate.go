@@ -26,7 +26,7 @@ const crashStatus = 3
 const launchTimeEnv = "MOSAIC_LAUNCH_TIME"
 
 func runEmulate(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("emulate", flag.ContinueOnError)
+	fs := newFlagSet("emulate", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:8000", "host:port to serve on (port 0 picks a free one; the address is printed on stdout)")
 	allowRemote := fs.Bool("allow-remote", false, "allow a --listen address other hosts can reach")
 	gpuName := fs.String("gpu", "", "GPU from the catalog (required)")

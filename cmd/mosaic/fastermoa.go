@@ -25,7 +25,7 @@ var fasterMoAFigures = map[string]string{
 // runFasterMoA runs a tree experiment's first policy on the dense graph, then every policy on
 // the tree, and prints the mean latency reductions beside Faster-MoA's.
 func runFasterMoA(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("faster-moa", flag.ContinueOnError)
+	fs := newFlagSet("faster-moa", flag.ContinueOnError)
 	seed, sets := experimentFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: mosaic faster-moa [EXP.toml] [--seed N] [--set key=value ...]

@@ -72,12 +72,27 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		usage(stderr)
-		if len(args) == 0 {
-			return 2
-		}
+		return 2
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		usage(stdout)
 		return 0
+	case "-version", "--version":
+		args = []string{"version"}
+	case "help":
+		if len(args) == 1 {
+			usage(stdout)
+			return 0
+		}
+		args = []string{args[1], "-h"} // mosaic help sim: the command's own help
+	}
+	if wantsHelp(args[1:]) {
+		// A command's help is what was asked for: print it on stdout.
+		helpOutput = stdout
+		defer func() { helpOutput = nil }()
 	}
 	for _, c := range commands {
 		if c.name == args[0] {
@@ -96,9 +111,72 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
-	fmt.Fprintf(stderr, "mosaic: unknown command %q\n", args[0])
+	fmt.Fprintf(stderr, "mosaic: unknown command %q", args[0])
+	if near := nearest(args[0]); near != "" {
+		fmt.Fprintf(stderr, "; did you mean %q?", near)
+	}
+	fmt.Fprintln(stderr)
 	usage(stderr)
 	return 2
+}
+
+// helpOutput, when set, receives the flag sets' usage and errors (a command's help asked for
+// goes to stdout).
+var helpOutput io.Writer
+
+// newFlagSet is flag.NewFlagSet for a command, writing to helpOutput when set.
+func newFlagSet(name string, h flag.ErrorHandling) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, h)
+	if helpOutput != nil {
+		fs.SetOutput(helpOutput)
+	}
+	return fs
+}
+
+// wantsHelp reports whether a command's arguments ask for its help.
+func wantsHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "-h", "-help", "--help":
+			return true
+		case "--":
+			return false
+		}
+	}
+	return false
+}
+
+// nearest is the command closest to name by edit distance, if it is close (at most a third of
+// its letters differ), else "".
+func nearest(name string) string {
+	best, bestD := "", len(name)/3+1
+	for _, c := range commands {
+		if d := editDistance(name, c.name); d < bestD || (d == bestD && best == "" && d <= 2) {
+			best, bestD = c.name, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 func usage(w io.Writer) {
@@ -106,7 +184,10 @@ func usage(w io.Writer) {
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun 'mosaic COMMAND -h' for a command's flags.")
+	fmt.Fprintln(w, "\nexamples:\n  mosaic sim                                   # the built-in quick start\n"+
+		"  mosaic sim experiments/paper/gpqa.toml -o out && mosaic plot out\n"+
+		"  mosaic help sim                              # a command's flags and examples\n\n"+
+		"Run 'mosaic COMMAND -h' (or 'mosaic help COMMAND') for a command's flags; 'mosaic --version' for the version.")
 }
 
 // parseInterspersed parses flags that may come before or after positional arguments.

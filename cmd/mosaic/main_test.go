@@ -150,3 +150,26 @@ func TestMixedClusterExample(t *testing.T) {
 		assert.Contains(t, out, "\n"+p)
 	}
 }
+
+// Help goes to stdout with exit 0, in every form a user tries; a mistyped command gets a
+// suggestion; --version works.
+func TestHelpAndVersion(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"help"}, {"help", "sim"}, {"sim", "--help"}, {"trace", "stats", "--help"}, {"trace", "stats", "-h"}} {
+		var out, errb bytes.Buffer
+		code := run(args, &out, &errb)
+		assert.Equal(t, 0, code, "%v: %s", args, errb.String())
+		assert.Contains(t, out.String()+errb.String(), "usage: mosaic", "%v", args)
+	}
+	var out, errb bytes.Buffer
+	assert.Equal(t, 0, run([]string{"--help"}, &out, &errb))
+	assert.Contains(t, out.String(), "examples:")
+	out.Reset()
+	assert.Equal(t, 0, run([]string{"--version"}, &out, &errb))
+	assert.Contains(t, out.String(), "mosaic ")
+	errb.Reset()
+	assert.Equal(t, 2, run([]string{"simm"}, &out, &errb))
+	assert.Contains(t, errb.String(), `did you mean "sim"?`)
+	errb.Reset()
+	assert.Equal(t, 2, run([]string{"plot", "--dpi", "-5", t.TempDir()}, &out, &errb))
+	assert.Contains(t, errb.String(), "--dpi -5")
+}

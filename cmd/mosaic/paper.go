@@ -21,7 +21,7 @@ import (
 var paperExperiments = []string{"experiments/paper/mmlu-pro.toml", "experiments/paper/medmcqa.toml", "experiments/paper/gpqa.toml"}
 
 func runPaper(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("paper", flag.ContinueOnError)
+	fs := newFlagSet("paper", flag.ContinueOnError)
 	ref := fs.String("reference", "", "the paper's figures (default: the built-in experiments/reference/mosaic-paper.toml)")
 	out := fs.String("o", "", "also write the table (markdown) to this file")
 	seeds := fs.Int("seeds", 5, "simulate each experiment file with seeds 1..N")

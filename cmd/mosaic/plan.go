@@ -10,7 +10,7 @@ import (
 )
 
 func runPlan(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
+	fs := newFlagSet("plan", flag.ContinueOnError)
 	policy := fs.String("policy", "", "the policy (label) whose plan to show (default: the first mosaic policy)")
 	seed, sets := experimentFlags(fs)
 	fs.Usage = func() {

@@ -11,7 +11,7 @@ import (
 )
 
 func runPlot(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("plot", flag.ContinueOnError)
+	fs := newFlagSet("plot", flag.ContinueOnError)
 	out := fs.String("o", "figures", "folder for the figures")
 	formats := fs.String("format", "png,pdf", "file formats: png, pdf, svg (comma-separated)")
 	columns := fs.Int("columns", 1, "figure width: 1 (one column, 3.5 in) or 2 (two columns, 7 in)")
@@ -31,6 +31,9 @@ func runPlot(args []string, stdout io.Writer) error {
 	}
 	if len(dirs) == 0 {
 		return fmt.Errorf("%w: want at least one results folder", errUsage)
+	}
+	if *dpi < 10 || *dpi > 2400 {
+		return fmt.Errorf("%w: --dpi %d: give a resolution from 10 to 2400 dots per inch", errUsage, *dpi)
 	}
 	width, err := plots.ColumnWidth(*columns)
 	if err != nil {

@@ -17,7 +17,7 @@ import (
 )
 
 func runProfile(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("profile", flag.ContinueOnError)
+	fs := newFlagSet("profile", flag.ContinueOnError)
 	endpoint := fs.String("endpoint", "", "the server's root URL, e.g. http://127.0.0.1:8000")
 	model := fs.String("model", "", "the model name the server serves")
 	arch := fs.String("arch", "", "the catalog architecture of the model (default: --model)")

@@ -16,7 +16,7 @@ import (
 )
 
 func runReplay(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs := newFlagSet("replay", flag.ContinueOnError)
 	outDir := fs.String("o", "", "results folder (required): calls.csv grows as calls complete")
 	resume := fs.Bool("resume", false, "continue an interrupted replay in -o DIR without redoing finished calls")
 	seed, sets := experimentFlags(fs)

@@ -21,7 +21,7 @@ import (
 )
 
 func runSensitivity(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("sensitivity", flag.ContinueOnError)
+	fs := newFlagSet("sensitivity", flag.ContinueOnError)
 	seeds := fs.Int("seeds", 3, "run every variant with seeds 1..N (the same seeds for all)")
 	policy := fs.String("policy", "mosaic", "the policy (label) whose speedups are measured")
 	out := fs.String("o", "results/sensitivity", "folder for the runs and sensitivity.csv")

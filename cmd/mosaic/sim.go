@@ -21,7 +21,7 @@ import (
 )
 
 func runSim(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("sim", flag.ContinueOnError)
+	fs := newFlagSet("sim", flag.ContinueOnError)
 	seed, sets := experimentFlags(fs)
 	outDir := fs.String("o", "", "write summary.csv, calls.csv, workers.csv, run.json and host.json to this folder")
 	var sweeps multiFlag
@@ -30,7 +30,9 @@ func runSim(args []string, stdout io.Writer) error {
 	var only multiFlag
 	fs.Var(&only, "policy", "run only this policy of the experiment, by label (repeatable; speedups are then over the first one given)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mosaic sim [EXP.toml] [-o DIR] [--seed N] [--set key=value ...] [--sweep key=v1,v2,... ...] [--shard i/n]\n\nWithout a file it runs the built-in quick start.")
+		fmt.Fprintln(fs.Output(), "usage: mosaic sim [EXP.toml] [-o DIR] [--seed N] [--set key=value ...] [--sweep key=v1,v2,... ...] [--shard i/n]\n\nWithout a file it runs the built-in quick start.\n\n"+
+			"examples:\n  mosaic sim experiments/paper/gpqa.toml -o out --seed 2\n"+
+			"  mosaic sim experiments/examples/online-moa.toml -o sweep --sweep workload.arrival_rate=0.25,0.5,1")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterspersed(fs, args)
@@ -183,7 +185,7 @@ func num(s string) float64 {
 }
 
 func runMerge(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("merge", flag.ContinueOnError)
+	fs := newFlagSet("merge", flag.ContinueOnError)
 	out := fs.String("o", "", "the merged sweep folder")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mosaic merge SHARD_DIR... -o OUT\n\nMerges the folders of a sweep's shards (mosaic sim --sweep ... --shard i/n).")

@@ -45,7 +45,7 @@ func traceGen(args []string, stdout io.Writer, mustImport bool) error {
 	if mustImport {
 		name = "import"
 	}
-	fs := flag.NewFlagSet("trace "+name, flag.ContinueOnError)
+	fs := newFlagSet("trace "+name, flag.ContinueOnError)
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: mosaic trace %s EXP.toml [-o w.jsonl] [--seed N] [--set key=value ...]\n", name)
 		fs.PrintDefaults()
@@ -102,10 +102,21 @@ func traceGen(args []string, stdout io.Writer, mustImport bool) error {
 }
 
 func traceStats(args []string, stdout io.Writer) error {
-	if len(args) != 1 {
+	fs := newFlagSet("trace stats", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: mosaic trace stats W.jsonl\n\n"+
+			"Describes a workload file: the graph's shape, calls per model, role and layer with output-length\n"+
+			"percentiles, the first layer's selection ratio, vote patterns and accuracies.\n\n"+
+			"example:\n  mosaic trace gen experiments/paper/gpqa.toml -o gpqa.jsonl && mosaic trace stats gpqa.jsonl")
+	}
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
 		return fmt.Errorf("%w: want one workload file: mosaic trace stats W.jsonl", errUsage)
 	}
-	wl, err := traces.ReadJSONL(args[0])
+	wl, err := traces.ReadJSONL(pos[0])
 	if err != nil {
 		return err
 	}
@@ -114,7 +125,7 @@ func traceStats(args []string, stdout io.Writer) error {
 
 // traceConvert rewrites a workload file (version 1 or 2) in the current JSONL format.
 func traceConvert(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("trace convert", flag.ContinueOnError)
+	fs := newFlagSet("trace convert", flag.ContinueOnError)
 	out := fs.String("o", "", "the converted workload file (required; it must not be the input)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mosaic trace convert OLD.jsonl -o NEW.jsonl\n\nRewrites a workload file in the current JSONL format (version 2: a graph of calls per query).")
@@ -165,7 +176,7 @@ func abs(p string) string {
 // traceCheckVotes fits the vote model to the pairs of a real answer file and compares its
 // predictions for triples with the real ones.
 func traceCheckVotes(args []string, stdout io.Writer) error {
-	fs := flag.NewFlagSet("trace check-votes", flag.ContinueOnError)
+	fs := newFlagSet("trace check-votes", flag.ContinueOnError)
 	models := fs.String("models", "", "comma-separated models of the file (default: those with at most 10% unreadable answers)")
 	options := fs.Int("options", 4, "answer letters per question")
 	fs.Usage = func() {
