@@ -25,7 +25,11 @@ deps:
 		$$SUDO apt-get install -y -qq liblpsolve55-dev >/dev/null 2>&1 || \
 		{ $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq liblpsolve55-dev; }; \
 	fi
-	@$(GO) mod download
+	@if ! GOPROXY=off GOFLAGS=-mod=mod $(GO) list -deps -test ./... >/dev/null 2>&1; then \
+		echo "downloading Go modules (gonum, gonum/plot, golp, go-nvml, BurntSushi/toml, testify; a minute on a fresh machine) ..." >&2; \
+		$(GO) mod download -x 2>&1 | sed -n 's|^# get .*proxy[^/]*/\(.*\)/@v/\(.*\)\.zip: 200 OK.*|  got \1 \2|p' >&2; \
+		$(GO) mod download; \
+	fi
 
 # The official openai client (Node) that the emulator is tested with, pinned by its
 # package-lock.json; without npm (or the registry) that test skips and says why.
