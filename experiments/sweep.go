@@ -84,7 +84,15 @@ func (s Sweep) Points() []Point {
 }
 
 // ParseShard parses "i/n" (1 <= i <= n).
-func ParseShard(s string) (i, n int, err error) {
+//
+// "auto" takes the shard from a batch scheduler's environment: a Slurm job array
+// (SLURM_ARRAY_TASK_ID, counted from SLURM_ARRAY_TASK_MIN, of SLURM_ARRAY_TASK_COUNT tasks) or a
+// Kubernetes Indexed Job (JOB_COMPLETION_INDEX, from 0, with the number of shards given as
+// "auto/N" or in MOSAIC_SHARDS). getenv reads the environment (os.Getenv).
+func ParseShard(s string, getenv func(string) string) (i, n int, err error) {
+	if s == "auto" || strings.HasPrefix(s, "auto/") {
+		return autoShard(s, getenv)
+	}
 	a, b, ok := strings.Cut(s, "/")
 	i, err1 := strconv.Atoi(a)
 	n, err2 := strconv.Atoi(b)
@@ -92,6 +100,57 @@ func ParseShard(s string) (i, n int, err error) {
 		return 0, 0, fmt.Errorf("--shard %q: want i/n with 1 <= i <= n", s)
 	}
 	return i, n, nil
+}
+
+func autoShard(s string, getenv func(string) string) (int, int, error) {
+	num := func(name string) (int, bool, error) {
+		v := getenv(name)
+		if v == "" {
+			return 0, false, nil
+		}
+		x, err := strconv.Atoi(v)
+		if err != nil {
+			return 0, true, fmt.Errorf("--shard %s: %s=%q is not an integer", s, name, v)
+		}
+		return x, true, nil
+	}
+	if id, ok, err := num("SLURM_ARRAY_TASK_ID"); ok || err != nil {
+		if err != nil {
+			return 0, 0, err
+		}
+		count, okc, err := num("SLURM_ARRAY_TASK_COUNT")
+		if err != nil {
+			return 0, 0, err
+		}
+		lo, _, err := num("SLURM_ARRAY_TASK_MIN")
+		if err != nil {
+			return 0, 0, err
+		}
+		if !okc || count < 1 || id < lo || id-lo >= count {
+			return 0, 0, fmt.Errorf("--shard %s: SLURM_ARRAY_TASK_ID=%d with SLURM_ARRAY_TASK_MIN=%d and SLURM_ARRAY_TASK_COUNT=%q is not a shard of a contiguous array (use --array=1-N)", s, id, lo, getenv("SLURM_ARRAY_TASK_COUNT"))
+		}
+		return id - lo + 1, count, nil
+	}
+	if idx, ok, err := num("JOB_COMPLETION_INDEX"); ok || err != nil {
+		if err != nil {
+			return 0, 0, err
+		}
+		n := 0
+		if _, b, found := strings.Cut(s, "/"); found {
+			if n, err = strconv.Atoi(b); err != nil {
+				return 0, 0, fmt.Errorf("--shard %s: want auto/N with N the number of shards", s)
+			}
+		} else if v, okn, err := num("MOSAIC_SHARDS"); err != nil {
+			return 0, 0, err
+		} else if okn {
+			n = v
+		}
+		if n < 1 || idx < 0 || idx >= n {
+			return 0, 0, fmt.Errorf("--shard %s: JOB_COMPLETION_INDEX=%d needs the number of shards (the Job's completions) as --shard auto/N or MOSAIC_SHARDS, with 0 <= index < N", s, idx)
+		}
+		return idx + 1, n, nil
+	}
+	return 0, 0, fmt.Errorf("--shard %s: neither SLURM_ARRAY_TASK_ID (a Slurm job array) nor JOB_COMPLETION_INDEX (a Kubernetes Indexed Job) is set", s)
 }
 
 // Shard returns the points of shard i of n: those whose index is i-1 modulo n. The shards of
@@ -112,6 +171,9 @@ type SweepInfo struct {
 	Sweep      Sweep   `json:"sweep"`
 	Points     []Point `json:"points"`
 	Shard      string  `json:"shard,omitempty"`
+	// Overrides are the command line's --seed and --set, which every shard of a grid must
+	// share.
+	Overrides []string `json:"overrides,omitempty"`
 }
 
 // SweepLoader returns a fresh experiment (the file, with command-line overrides) for a point.
@@ -120,7 +182,8 @@ type SweepLoader func() (*Experiment, error)
 // RunSweep simulates the points of the grid (a shard of it when n > 1), several at a time,
 // each into its own folder under dir, and writes dir/summary.csv with the swept keys as
 // columns and dir/sweep.json. info and host fill each point's run.json and host.json.
-func RunSweep(ctx context.Context, load SweepLoader, s Sweep, shard, shards int, dir string, info RunInfo, host HostInfo, progress func(done, total int)) error {
+// overrides are the command line's --seed and --set, recorded for merge's check.
+func RunSweep(ctx context.Context, load SweepLoader, s Sweep, shard, shards int, overrides []string, dir string, info RunInfo, host HostInfo, progress func(done, total int)) error {
 	pts := s.Points()
 	if shards > 1 {
 		pts = Shard(pts, shard, shards)
@@ -136,7 +199,7 @@ func RunSweep(ctx context.Context, load SweepLoader, s Sweep, shard, shards int,
 	if err != nil {
 		return err
 	}
-	si := SweepInfo{Experiment: base.Name, Sweep: s, Points: pts}
+	si := SweepInfo{Experiment: base.Name, Sweep: s, Points: pts, Overrides: overrides}
 	if shards > 1 {
 		si.Shard = fmt.Sprintf("%d/%d", shard, shards)
 	}
@@ -267,6 +330,8 @@ func Merge(dirs []string, out string) error {
 			grid = &si
 		} else if si.Experiment != grid.Experiment || !sameSweep(si.Sweep, grid.Sweep) {
 			return fmt.Errorf("merge: %s is a sweep of another grid (%s %v) than %s (%s %v)", d, si.Experiment, si.Sweep.Keys, dirs[0], grid.Experiment, grid.Sweep.Keys)
+		} else if a, b := strings.Join(si.Overrides, " "), strings.Join(grid.Overrides, " "); a != b {
+			return fmt.Errorf("merge: %s was run with overrides [%s] and %s with [%s]: its points are not of the same experiment", d, a, dirs[0], b)
 		}
 		for _, p := range si.Points {
 			if prev, dup := byIndex[p.Index]; dup {
@@ -305,7 +370,7 @@ func Merge(dirs []string, out string) error {
 	if err := os.MkdirAll(out, 0o755); err != nil {
 		return err
 	}
-	return writeSweep(out, SweepInfo{Experiment: grid.Experiment, Sweep: grid.Sweep, Points: points}, rows)
+	return writeSweep(out, SweepInfo{Experiment: grid.Experiment, Sweep: grid.Sweep, Points: points, Overrides: grid.Overrides}, rows)
 }
 
 func sameSweep(a, b Sweep) bool {

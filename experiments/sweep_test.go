@@ -40,8 +40,37 @@ func TestSweepGrid(t *testing.T) {
 		assert.Error(t, err, "%v", bad)
 	}
 	for _, bad := range []string{"0/2", "3/2", "1", "a/b"} {
-		_, _, err := experiments.ParseShard(bad)
+		_, _, err := experiments.ParseShard(bad, os.Getenv)
 		assert.Error(t, err, bad)
+	}
+}
+
+// --shard auto reads a Slurm job array's or a Kubernetes Indexed Job's environment.
+func TestAutoShard(t *testing.T) {
+	env := func(kv map[string]string) func(string) string { return func(k string) string { return kv[k] } }
+	for _, tc := range []struct {
+		flag string
+		env  map[string]string
+		i, n int
+		err  string
+	}{
+		{"auto", map[string]string{"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_COUNT": "4"}, 3, 4, ""},
+		{"auto", map[string]string{"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_MIN": "0", "SLURM_ARRAY_TASK_COUNT": "4"}, 1, 4, ""},
+		{"auto", map[string]string{"SLURM_ARRAY_TASK_ID": "9", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_COUNT": "4"}, 0, 0, "not a shard of a contiguous array"},
+		{"auto/5", map[string]string{"JOB_COMPLETION_INDEX": "4"}, 5, 5, ""},
+		{"auto", map[string]string{"JOB_COMPLETION_INDEX": "0", "MOSAIC_SHARDS": "2"}, 1, 2, ""},
+		{"auto", map[string]string{"JOB_COMPLETION_INDEX": "2"}, 0, 0, "needs the number of shards"},
+		{"auto/2", map[string]string{"JOB_COMPLETION_INDEX": "2"}, 0, 0, "0 <= index < N"},
+		{"auto", map[string]string{"JOB_COMPLETION_INDEX": "x"}, 0, 0, "not an integer"},
+		{"auto", nil, 0, 0, "neither SLURM_ARRAY_TASK_ID"},
+	} {
+		i, n, err := experiments.ParseShard(tc.flag, env(tc.env))
+		if tc.err != "" {
+			assert.ErrorContains(t, err, tc.err, "%v", tc.env)
+			continue
+		}
+		require.NoError(t, err, "%v", tc.env)
+		assert.Equal(t, []int{tc.i, tc.n}, []int{i, n}, "%v", tc.env)
 	}
 }
 
@@ -51,7 +80,7 @@ func TestSweepRunAndMerge(t *testing.T) {
 	require.NoError(t, err)
 	ctx := context.Background()
 	full := t.TempDir()
-	require.NoError(t, experiments.RunSweep(ctx, load, s, 1, 1, full, experiments.RunInfo{}, experiments.HostInfo{}, nil))
+	require.NoError(t, experiments.RunSweep(ctx, load, s, 1, 1, nil, full, experiments.RunInfo{}, experiments.HostInfo{}, nil))
 	recs := readCSV(t, filepath.Join(full, "summary.csv"))
 	assert.Equal(t, []string{"workload.queries", "workload.routing.skew", "point", "experiment"}, recs[0][:4])
 	require.Len(t, recs, 1+4*2, "4 points x 2 policies")
@@ -68,10 +97,16 @@ func TestSweepRunAndMerge(t *testing.T) {
 
 	// Two shards merged give the same combined summary; a missing shard is an error.
 	a, b, merged := t.TempDir(), t.TempDir(), t.TempDir()
-	require.NoError(t, experiments.RunSweep(ctx, load, s, 1, 2, a, experiments.RunInfo{}, experiments.HostInfo{}, nil))
-	require.NoError(t, experiments.RunSweep(ctx, load, s, 2, 2, b, experiments.RunInfo{}, experiments.HostInfo{}, nil))
+	require.NoError(t, experiments.RunSweep(ctx, load, s, 1, 2, []string{"seed=3"}, a, experiments.RunInfo{}, experiments.HostInfo{}, nil))
+	require.NoError(t, experiments.RunSweep(ctx, load, s, 2, 2, []string{"seed=3"}, b, experiments.RunInfo{}, experiments.HostInfo{}, nil))
 	require.NoError(t, experiments.Merge([]string{b, a}, merged))
+	// (the overrides are only recorded here: load ignores them)
 	assert.Equal(t, recs, readCSV(t, filepath.Join(merged, "summary.csv")))
+	// A shard run with other overrides is refused, naming them.
+	c := t.TempDir()
+	require.NoError(t, experiments.RunSweep(ctx, load, s, 2, 2, []string{"seed=4"}, c, experiments.RunInfo{}, experiments.HostInfo{}, nil))
+	err = experiments.Merge([]string{a, c}, t.TempDir())
+	assert.ErrorContains(t, err, "overrides [seed=4]")
 	err = experiments.Merge([]string{a}, t.TempDir())
 	assert.ErrorContains(t, err, "2 of the grid's 4 points are missing")
 	err = experiments.Merge([]string{a, a}, t.TempDir())

@@ -130,7 +130,7 @@ func simulateSeeds(path string, n int, dir string) error {
 	start := time.Now()
 	host, _ := os.Hostname()
 	slog.Info("simulating", "experiment", path, "seeds", n, "dir", dir)
-	err = experiments.RunSweep(context.Background(), load, sw, 1, 1, dir,
+	err = experiments.RunSweep(context.Background(), load, sw, 1, 1, nil, dir,
 		experiments.RunInfo{Version: version, Commit: commit()},
 		experiments.HostInfo{Host: host, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Started: start.UTC().Format(time.RFC3339)},
 		func(done, total int) { slog.Info("seeds done", "experiment", e.Name, "done", done, "of", total) })

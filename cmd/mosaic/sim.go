@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -107,7 +108,7 @@ func runSweep(pos []string, seed string, sets, sweeps []string, shardFlag, outDi
 	}
 	shard, shards := 1, 1
 	if shardFlag != "" {
-		if shard, shards, err = experiments.ParseShard(shardFlag); err != nil {
+		if shard, shards, err = experiments.ParseShard(shardFlag, os.Getenv); err != nil {
 			return fmt.Errorf("%w: %v", errUsage, err)
 		}
 	}
@@ -131,7 +132,11 @@ func runSweep(pos []string, seed string, sets, sweeps []string, shardFlag, outDi
 	host, _ := os.Hostname()
 	total := len(sw.Points())
 	slog.Info("sweep", "points", total, "shard", fmt.Sprintf("%d/%d", shard, shards), "dir", outDir)
-	err = experiments.RunSweep(context.Background(), load, sw, shard, shards, outDir,
+	overrides := slices.Clone(sets)
+	if seed != "" {
+		overrides = append([]string{"seed=" + seed}, overrides...)
+	}
+	err = experiments.RunSweep(context.Background(), load, sw, shard, shards, overrides, outDir,
 		experiments.RunInfo{Version: version, Commit: commit()},
 		experiments.HostInfo{Host: host, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Started: start.UTC().Format(time.RFC3339)},
 		func(done, n int) { slog.Info("sweep progress", "points_done", done, "points", n) })
