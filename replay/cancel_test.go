@@ -49,8 +49,11 @@ func TestEarlyExitCancelsOnTheServer(t *testing.T) {
 			assert.Equal(t, 60+5+5, c.Call.InputTokens, "the aggregator reads the two experts that answered")
 		}
 	}
-	assert.Equal(t, 3, cancelled)
-	assert.Equal(t, 3, res.Summary().CancelledCalls)
+	// A long expert not yet sent when its query exits early (its server still starting, say)
+	// is cancelled without running and leaves no record; at least one was running.
+	assert.GreaterOrEqual(t, cancelled, 1)
+	assert.Equal(t, 3*3+cancelled, len(res.Calls), "every other call ran once")
+	assert.Equal(t, cancelled, res.Summary().CancelledCalls)
 	assert.Zero(t, metric(t, e1, "vllm:num_requests_running"), "the server aborted the cancelled requests")
 }
 

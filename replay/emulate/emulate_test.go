@@ -219,9 +219,11 @@ func TestStreamingMatchesSimulator(t *testing.T) {
 	t.Logf("one request: end %v emulated vs %v simulated (%.2f%%); TTFT %v vs %v",
 		end, want.Finish, 100*(end.Seconds()/want.Finish.Seconds()-1), ttft, want.FirstToken)
 	assert.InEpsilon(t, want.Finish.Seconds(), end.Seconds(), 0.05)
-	// The first token is one prefill away; allow a few ms of real-time HTTP and timer slack.
+	// The first token is one prefill away; allow real-time HTTP and timer slack: a few ms on an
+	// idle machine, up to ~12 ms seen when CI's two cores run the other packages' tests beside
+	// this one (the emulated prefill itself is exact: the end-to-end check above bounds it).
 	assert.GreaterOrEqual(t, ttft, want.FirstToken-virtual(time.Millisecond, scale))
-	assert.Less(t, ttft, want.FirstToken+virtual(10*time.Millisecond, scale))
+	assert.Less(t, ttft, want.FirstToken+virtual(25*time.Millisecond, scale))
 	// Tokens arrive spread over the run, not in a burst at the end.
 	assert.Greater(t, len(got.times), output/10)
 }
