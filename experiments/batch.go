@@ -75,15 +75,27 @@ func (b *BatchReport) Write(w io.Writer) error {
 		{"mean batch size", fmt.Sprintf("%.1f", res.Stats.MeanBatch)},
 		{"preemptions", fmt.Sprint(res.Stats.Preemptions)},
 		{"engine iterations", fmt.Sprint(res.Stats.Steps)},
-		{"ttft p50 / p99 s", fmt.Sprintf("%.3f / %.3f", quantile(ttft, 0.5), quantile(ttft, 0.99))},
-		{"latency p50 / p99 s", fmt.Sprintf("%.3f / %.3f", quantile(lat, 0.5), quantile(lat, 0.99))},
+		{"ttft mean / p50 / p99 s", fmt.Sprintf("%.3f / %.3f / %.3f", mean(ttft), quantile(ttft, 0.5), quantile(ttft, 0.99))},
+		{"latency mean / p50 / p99 s", fmt.Sprintf("%.3f / %.3f / %.3f", mean(lat), quantile(lat, 0.5), quantile(lat, 0.99))},
 	}
 	for _, row := range rows {
-		if _, err := fmt.Fprintf(w, "%-24s %s\n", row[0], row[1]); err != nil {
+		if _, err := fmt.Fprintf(w, "%-27s %s\n", row[0], row[1]); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// mean returns the mean of values (NaN when there are none).
+func mean(values []float64) float64 {
+	if len(values) == 0 {
+		return math.NaN()
+	}
+	sum := 0.0
+	for _, v := range values {
+		sum += v
+	}
+	return sum / float64(len(values))
 }
 
 // quantile returns the q-quantile of sorted values (nearest rank).
