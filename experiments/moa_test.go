@@ -358,3 +358,12 @@ func TestEarlyExitKey(t *testing.T) {
 		assert.ErrorContains(t, err, tc.want)
 	}
 }
+
+// Every registered policy is described for `mosaic catalog policies`.
+func TestPoliciesDocumented(t *testing.T) {
+	docs := experiments.Policies()
+	require.NotEmpty(t, docs)
+	for _, d := range docs {
+		assert.NotEmpty(t, d.Summary, d.Name)
+	}
+}

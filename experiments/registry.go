@@ -116,6 +116,34 @@ func onlyOptions(e *Experiment, pc policyContext, takes ...string) error {
 	return nil
 }
 
+// PolicyDoc describes a policy for listings: its name, what it does and the options of its
+// [[policy]] table besides those every policy takes.
+type PolicyDoc struct {
+	Name, Summary string
+	Options       []string
+}
+
+// CommonPolicyOptions are the [[policy]] keys every policy takes.
+var CommonPolicyOptions = []string{"name", "label", "threshold", "dynamic_threshold", "early_exit", "overlap"}
+
+// Policies lists the registered policies, by name.
+func Policies() []PolicyDoc {
+	docs := map[string]PolicyDoc{
+		roundrobin.Name:     {Summary: "the paper's baseline: model i on worker i mod W, a worker serves its models in turn, layer by layer with a barrier"},
+		dataparallel.Name:   {Summary: "every worker loads every model of a layer in turn and serves 1/W of its calls"},
+		mosaic.Name:         {Summary: "MOSAIC: an ILP places models and assigns calls per layer (stage), from profiled costs", Options: []string{"solver_time_limit", "order", "prefetch"}},
+		mosaic.PipelineName: {Summary: "MOSAIC's placement without the stage barrier: workers done with a stage serve the next layer's ready calls", Options: []string{"solver_time_limit"}},
+		online.Name:         {Summary: "places models for the expected mix and dispatches each call as it becomes ready (work stealing, re-planning on drift)", Options: []string{"solver_time_limit", "replan", "max_in_flight"}},
+	}
+	var out []PolicyDoc
+	for _, n := range policyNames() {
+		d := docs[n]
+		d.Name = n
+		out = append(out, d)
+	}
+	return out
+}
+
 func policyNames() []string {
 	var names []string
 	for n := range registry {

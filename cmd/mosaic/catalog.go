@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/mosaic-sched/mosaic/experiments"
 	"github.com/mosaic-sched/mosaic/sim"
 )
 
@@ -16,7 +17,7 @@ func runCatalog(args []string, stdout io.Writer) error {
 	fs := newFlagSet("catalog", flag.ContinueOnError)
 	extra := fs.String("catalog", "", "extra GPUs, models and engine presets (TOML)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mosaic catalog [gpus|models|engines] [--catalog extra.toml]")
+		fmt.Fprintln(fs.Output(), "usage: mosaic catalog [gpus|models|engines|policies|rules] [--catalog extra.toml]\n\nexample:\n  mosaic catalog models")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterspersed(fs, args)
@@ -29,7 +30,7 @@ func runCatalog(args []string, stdout io.Writer) error {
 	case 1:
 		what = pos[0]
 	default:
-		return fmt.Errorf("%w: want one of gpus, models, engines", errUsage)
+		return fmt.Errorf("%w: want one of gpus, models, engines, policies, rules", errUsage)
 	}
 	cat := sim.DefaultCatalog()
 	if *extra != "" {
@@ -45,8 +46,31 @@ func runCatalog(args []string, stdout io.Writer) error {
 		listModels(w, cat)
 	case "engines":
 		listEngines(w, cat)
+	case "policies":
+		fmt.Fprintf(w, "%-14s %-40s %s\n", "policy", "options (besides the common ones)", "what it does")
+		for _, p := range experiments.Policies() {
+			opts := strings.Join(p.Options, ", ")
+			if opts == "" {
+				opts = "-"
+			}
+			fmt.Fprintf(w, "%-14s %-40s %s\n", p.Name, opts, p.Summary)
+		}
+		fmt.Fprintf(w, "\nevery [[policy]] takes: %s\n", strings.Join(experiments.CommonPolicyOptions, ", "))
+	case "rules":
+		fmt.Fprint(w, `rule (a [[policy]] key, or [aggregation] threshold for every policy)
+threshold = T             skip a gated call when its inputs' top answer has at least T of their votes
+                          (1: unanimous only; 0.6667: also 2:1 of three; above 1: never skip)
+dynamic_threshold = { high = 1.0, low = 0.6667, backlog = 64, budget = 0.2 }
+                          skip at high; at low too while the aggregating model has at least backlog
+                          calls released and unfinished, for at most budget of the gated calls
+early_exit = { agreement = 1.0, min_finished = 2 [, min_confidence = C] }
+                          as a gated call's inputs finish, go on once min_finished agree at the
+                          agreement share; cancel the rest (Faster-MoA)
+overlap = true            release calls that read others on arrival and prefill their prompts as
+                          their inputs finish (Faster-MoA)
+`)
 	default:
-		return fmt.Errorf("%w: unknown listing %q (want gpus, models or engines)", errUsage, what)
+		return fmt.Errorf("%w: unknown listing %q (want gpus, models, engines, policies or rules)", errUsage, what)
 	}
 	return w.Flush()
 }

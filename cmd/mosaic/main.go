@@ -17,7 +17,7 @@
 //	mosaic trace check-votes ANSWERS.csv [--models a,b,c] [--options 4]
 //	mosaic calibrate --data FILE [--framework vLLM] [--gpus 1[,2,4]] [--gpu NAME] [--model M] [--fit [--holdout KEY=V,...]] [-o profile.toml]
 //	mosaic calibrate --splitwise FILE | --forward FILE --gpu NAME | --cpu-overheads FILE
-//	mosaic catalog [gpus|models|engines]
+//	mosaic catalog [gpus|models|engines|policies|rules]
 //	mosaic version
 //
 // Results go to stdout, logs and progress to stderr. The exit status is 0 on success, 1 when
@@ -62,7 +62,7 @@ var commands = []command{
 	{"faster-moa", "reproduce Faster-MoA's latency reductions: the dense graph, then the tree with each technique", runFasterMoA},
 	{"trace", "generate (gen), import or describe (stats) a Mixture-of-Agents workload", runTrace},
 	{"calibrate", "compare the cost model with measured batch latencies; --fit fits a GPU's coefficients", runCalibrate},
-	{"catalog", "list the built-in GPUs, models and engine presets (gpus, models, engines)", runCatalog},
+	{"catalog", "list the built-in GPUs, models, engine presets, policies and rules (gpus, models, engines, policies, rules)", runCatalog},
 	{"version", "print the version", func(_ []string, w io.Writer) error { _, err := fmt.Fprintln(w, "mosaic", version); return err }},
 }
 
