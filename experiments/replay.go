@@ -19,6 +19,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mosaic-sched/mosaic/internal/snakejson"
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/replay"
 	"github.com/mosaic-sched/mosaic/sim"
@@ -626,8 +627,9 @@ func writeSummary(dir string, rows []traces.SummaryRow) error {
 	return os.Rename(tmp, filepath.Join(dir, "summary.csv"))
 }
 
+// writeJSON writes v to path with snake_case keys, as run.json and host.json are written.
 func writeJSON(path string, v any) error {
-	data, err := json.MarshalIndent(v, "", "  ")
+	data, err := snakejson.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}

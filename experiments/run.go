@@ -2,7 +2,6 @@ package experiments
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -12,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/mosaic-sched/mosaic/internal/snakejson"
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/sim/cluster"
@@ -367,9 +367,12 @@ func (run *Run) WriteDir(dir string, info RunInfo, host HostInfo) error {
 	}
 	jsonOut := func(v any) func(io.Writer) error {
 		return func(w io.Writer) error {
-			enc := json.NewEncoder(w)
-			enc.SetIndent("", "  ")
-			return enc.Encode(v)
+			data, err := snakejson.MarshalIndent(v, "", "  ")
+			if err != nil {
+				return err
+			}
+			_, err = w.Write(append(data, '\n'))
+			return err
 		}
 	}
 	for _, p := range run.Experiment.Graph.Policies {
