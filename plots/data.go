@@ -25,6 +25,9 @@ type Results struct {
 	// Rates are the arrival rates of the Summary rows of a sweep over workload.arrival_rate
 	// (nil otherwise).
 	Rates []float64
+	// Points are the sweep points of the Summary rows: their swept keys other than the seed,
+	// "arrival_rate=2 threshold=0.5" (nil outside a sweep or when only the seed is swept).
+	Points []string
 }
 
 // Load reads the summary.csv, calls.csv, queries.csv and workers.csv of a results folder.
@@ -48,7 +51,7 @@ func Load(dir string) (Results, error) {
 	if r.Queries, err = traces.ReadQueriesCSV(filepath.Join(dir, "queries.csv")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return r, fmt.Errorf("plots: loading %s: %w", dir, err)
 	}
-	if r.Rates, err = readRates(filepath.Join(dir, "summary.csv")); err != nil {
+	if r.Rates, r.Points, err = readSweep(filepath.Join(dir, "summary.csv")); err != nil {
 		return r, fmt.Errorf("plots: loading %s: %w", dir, err)
 	}
 	return r, nil
@@ -118,17 +121,26 @@ func (s Stat) Range(spread Spread) (lo, hi float64) {
 	return s.Min, s.Max
 }
 
-// Group is an experiment run in one mode ("sim" or "replay").
+// Group is an experiment run in one mode ("sim" or "replay"), and in the speedup figure at
+// one point of a sweep (its swept keys other than the seed, "" outside a sweep).
 type Group struct {
 	Experiment, Mode string
+	Point            string
 }
 
 func (g Group) String() string {
-	if g.Mode == "" || g.Mode == "sim" {
-		return g.Experiment
+	s := g.Experiment
+	if g.Mode != "" && g.Mode != "sim" {
+		s += " (" + g.Mode + ")"
 	}
-	return g.Experiment + " (" + g.Mode + ")"
+	if g.Point != "" {
+		s += " " + g.Point
+	}
+	return s
 }
+
+// groupOf is a row's experiment and mode.
+func groupOf(r traces.SummaryRow) Group { return Group{Experiment: r.Experiment, Mode: r.Mode} }
 
 // Stages of the speedup figure, in the order of SpeedupTable.Cells.
 const (
@@ -153,16 +165,28 @@ type SpeedupTable struct {
 	Cells [numStages][][]Stat
 }
 
-// SpeedupData tabulates the per-stage speedups of summary rows by (experiment, mode) and
-// policy.
-func SpeedupData(rows []traces.SummaryRow) SpeedupTable {
+// SpeedupData tabulates the per-stage speedups of summary rows by (experiment, mode, sweep
+// point) and policy: only the seeds of one point are pooled. points[i] is rows[i]'s sweep
+// point (Results.Points); nil when no row comes from a sweep.
+func SpeedupData(rows []traces.SummaryRow, points []string) SpeedupTable {
 	var t SpeedupTable
-	t.Groups = distinct(rows, func(r traces.SummaryRow) Group { return Group{r.Experiment, r.Mode} })
+	group := func(i int) Group {
+		g := groupOf(rows[i])
+		if i < len(points) {
+			g.Point = points[i]
+		}
+		return g
+	}
+	idx := make([]int, len(rows))
+	for i := range idx {
+		idx[i] = i
+	}
+	t.Groups = distinct(idx, group)
 	t.Policies = distinct(rows, func(r traces.SummaryRow) string { return r.Policy })
 	for i, g := range t.Groups {
 		first := ""
-		for _, r := range rows {
-			if (Group{r.Experiment, r.Mode}) == g {
+		for j, r := range rows {
+			if group(j) == g {
 				first = r.Policy
 				break
 			}
@@ -179,8 +203,8 @@ func SpeedupData(rows []traces.SummaryRow) SpeedupTable {
 			t.Cells[s][gi] = make([]Stat, len(t.Policies))
 			for pi, p := range t.Policies {
 				var vs []float64
-				for _, r := range rows {
-					if (Group{r.Experiment, r.Mode}) == g && r.Policy == p {
+				for j, r := range rows {
+					if group(j) == g && r.Policy == p {
 						vs = append(vs, [numStages]float64{r.SpeedupExpert, r.SpeedupAggregator, r.SpeedupE2E}[s])
 					}
 				}
@@ -375,11 +399,11 @@ func TradeoffData(rows []traces.SummaryRow, family string) []TradeoffSeries {
 		}
 	}
 	var out []TradeoffSeries
-	for _, g := range distinct(kept, func(r traces.SummaryRow) Group { return Group{r.Experiment, r.Mode} }) {
+	for _, g := range distinct(kept, groupOf) {
 		s := TradeoffSeries{Group: g}
 		var ts []float64
 		for _, r := range kept {
-			if (Group{r.Experiment, r.Mode}) == g && !slices.Contains(ts, r.Threshold) {
+			if groupOf(r) == g && !slices.Contains(ts, r.Threshold) {
 				ts = append(ts, r.Threshold)
 			}
 		}
@@ -387,7 +411,7 @@ func TradeoffData(rows []traces.SummaryRow, family string) []TradeoffSeries {
 		for _, th := range ts {
 			var skip, acc []float64
 			for _, r := range kept {
-				if (Group{r.Experiment, r.Mode}) == g && r.Threshold == th {
+				if groupOf(r) == g && r.Threshold == th {
 					skip = append(skip, float64(r.AggregatorSkipped)/float64(r.Queries))
 					acc = append(acc, r.Accuracy)
 				}

@@ -13,8 +13,8 @@ import (
 
 func TestSpeedupData(t *testing.T) {
 	summary, _, _ := loadFixture(t)
-	got := plots.SpeedupData(summary)
-	assert.Equal(t, []plots.Group{{"exp-a", "sim"}, {"exp-a", "replay"}, {"exp-b", "sim"}}, got.Groups)
+	got := plots.SpeedupData(summary, nil)
+	assert.Equal(t, []plots.Group{{Experiment: "exp-a", Mode: "sim"}, {Experiment: "exp-a", Mode: "replay"}, {Experiment: "exp-b", Mode: "sim"}}, got.Groups)
 	assert.Equal(t, []string{"rr", "mosaic", "mosaic-t0.5"}, got.Policies)
 	assert.Equal(t, "rr", got.Baseline)
 	tests := []struct {
@@ -43,7 +43,27 @@ func statMap(s plots.Stat) map[string]float64 {
 
 func TestSpeedupDataBaselineDisagrees(t *testing.T) {
 	rows := []traces.SummaryRow{{Experiment: "a", Mode: "sim", Policy: "rr"}, {Experiment: "b", Mode: "sim", Policy: "dp"}}
-	assert.Empty(t, plots.SpeedupData(rows).Baseline)
+	assert.Empty(t, plots.SpeedupData(rows, nil).Baseline)
+}
+
+// Rows of two sweep points are never pooled: only each point's seeds are.
+func TestSpeedupDataKeepsSweepPointsApart(t *testing.T) {
+	var rows []traces.SummaryRow
+	var points []string
+	for _, pt := range []struct {
+		point   string
+		speedup float64
+	}{{"arrival_rate=1", 1.2}, {"arrival_rate=1", 1.4}, {"arrival_rate=4", 2.0}, {"arrival_rate=4", 2.2}} {
+		rows = append(rows, traces.SummaryRow{Experiment: "e", Mode: "sim", Policy: "rr", SpeedupE2E: 1},
+			traces.SummaryRow{Experiment: "e", Mode: "sim", Policy: "mosaic", SpeedupE2E: pt.speedup})
+		points = append(points, pt.point, pt.point)
+	}
+	got := plots.SpeedupData(rows, points)
+	require.Equal(t, []plots.Group{{Experiment: "e", Mode: "sim", Point: "arrival_rate=1"}, {Experiment: "e", Mode: "sim", Point: "arrival_rate=4"}}, got.Groups)
+	assert.Equal(t, "e arrival_rate=4", got.Groups[1].String())
+	assert.InDelta(t, 1.3, got.Cells[plots.StageEndToEnd][0][1].Mean, 1e-12)
+	assert.InDelta(t, 2.1, got.Cells[plots.StageEndToEnd][1][1].Mean, 1e-12)
+	assert.Equal(t, 2, got.Cells[plots.StageEndToEnd][1][1].N)
 }
 
 func TestStatRange(t *testing.T) {
@@ -146,19 +166,19 @@ func TestTradeoffData(t *testing.T) {
 		want   map[plots.Group][]point
 	}{
 		{"", map[plots.Group][]point{
-			{"exp-a", "sim"}:    {{0.5, 0.75, 0.75, 0.75, 0.25}, {1, 0.375, 0.25, 0.5, 0.625}, {inf, 0, 0, 0, 0.75}},
-			{"exp-a", "replay"}: {{1, 0.5, 0.5, 0.5, 0.5}, {inf, 0, 0, 0, 0.75}},
-			{"exp-b", "sim"}:    {{1, 1, 1, 1, 1}, {inf, 0, 0, 0, 1}},
+			{Experiment: "exp-a", Mode: "sim"}:    {{0.5, 0.75, 0.75, 0.75, 0.25}, {1, 0.375, 0.25, 0.5, 0.625}, {inf, 0, 0, 0, 0.75}},
+			{Experiment: "exp-a", Mode: "replay"}: {{1, 0.5, 0.5, 0.5, 0.5}, {inf, 0, 0, 0, 0.75}},
+			{Experiment: "exp-b", Mode: "sim"}:    {{1, 1, 1, 1, 1}, {inf, 0, 0, 0, 1}},
 		}},
 		{"mosaic", map[plots.Group][]point{
-			{"exp-a", "sim"}:    {{0.5, 0.75, 0.75, 0.75, 0.25}, {1, 0.375, 0.25, 0.5, 0.625}},
-			{"exp-a", "replay"}: {{1, 0.5, 0.5, 0.5, 0.5}},
-			{"exp-b", "sim"}:    {{1, 1, 1, 1, 1}},
+			{Experiment: "exp-a", Mode: "sim"}:    {{0.5, 0.75, 0.75, 0.75, 0.25}, {1, 0.375, 0.25, 0.5, 0.625}},
+			{Experiment: "exp-a", Mode: "replay"}: {{1, 0.5, 0.5, 0.5, 0.5}},
+			{Experiment: "exp-b", Mode: "sim"}:    {{1, 1, 1, 1, 1}},
 		}},
 		{"rr", map[plots.Group][]point{
-			{"exp-a", "sim"}:    {{inf, 0, 0, 0, 0.75}},
-			{"exp-a", "replay"}: {{inf, 0, 0, 0, 0.75}},
-			{"exp-b", "sim"}:    {{inf, 0, 0, 0, 1}},
+			{Experiment: "exp-a", Mode: "sim"}:    {{inf, 0, 0, 0, 0.75}},
+			{Experiment: "exp-a", Mode: "replay"}: {{inf, 0, 0, 0, 0.75}},
+			{Experiment: "exp-b", Mode: "sim"}:    {{inf, 0, 0, 0, 1}},
 		}},
 		{"dp", map[plots.Group][]point{}},
 	}

@@ -100,11 +100,35 @@ func hasSpread(st Stat, spread Spread) bool {
 	return st.N > 1 && hi > lo
 }
 
-func spreadLabel(s Spread) string {
-	if s == SpreadStd {
-		return "±1 std over seeds"
+// seedCounts collects how many seeds stand behind a figure's error bars, for its legend.
+type seedCounts struct{ lo, hi int }
+
+// add counts st when it deserves an error bar (see hasSpread), and reports whether it does.
+func (c *seedCounts) add(st Stat, spread Spread) bool {
+	if !hasSpread(st, spread) {
+		return false
 	}
-	return "min–max over seeds"
+	if c.lo == 0 || st.N < c.lo {
+		c.lo = st.N
+	}
+	c.hi = max(c.hi, st.N)
+	return true
+}
+
+// any reports whether any error bar was counted.
+func (c seedCounts) any() bool { return c.hi > 0 }
+
+// label names the error bars and the seeds behind them: "min–max over 5 seeds", or "over
+// 3–5 seeds" where the bars rest on different numbers.
+func (c seedCounts) label(s Spread) string {
+	n := strconv.Itoa(c.lo)
+	if c.hi != c.lo {
+		n += "–" + strconv.Itoa(c.hi)
+	}
+	if s == SpreadStd {
+		return "±1 std over " + n + " seeds"
+	}
+	return "min–max over " + n + " seeds"
 }
 
 func errSwatch(c draw.Canvas) {
@@ -155,7 +179,7 @@ func speedupFigure(t SpeedupTable, opt Options) (*canvasFigure, string) {
 		return nil, "no summary rows"
 	}
 	var legend []legendEntry
-	seeds := false
+	var seeds seedCounts
 	for pi, p := range t.Policies {
 		label := p
 		if p == t.Baseline {
@@ -164,12 +188,12 @@ func speedupFigure(t SpeedupTable, opt Options) (*canvasFigure, string) {
 		legend = append(legend, legendEntry{label, fillSwatch(seriesColour(pi), false, true)})
 		for s := range numStages {
 			for g := range t.Groups {
-				seeds = seeds || hasSpread(t.Cells[s][g][pi], opt.Spread)
+				seeds.add(t.Cells[s][g][pi], opt.Spread)
 			}
 		}
 	}
-	if seeds {
-		legend = append(legend, legendEntry{spreadLabel(opt.Spread), errSwatch})
+	if seeds.any() {
+		legend = append(legend, legendEntry{seeds.label(opt.Spread), errSwatch})
 	}
 	groupNames := make([]string, len(t.Groups))
 	for i, g := range t.Groups {
@@ -428,12 +452,13 @@ func simVsReplayFigure(pairs []SimVsReplayPair, opt Options) (*canvasFigure, str
 		{"simulated", fillSwatch(simColour, false, true)},
 		{"measured (replay)", fillSwatch(replayColour, true, true)},
 	}
-	seeds := false
+	var seeds seedCounts
 	for _, p := range pairs {
-		seeds = seeds || hasSpread(p.Sim, opt.Spread) || hasSpread(p.Replay, opt.Spread)
+		seeds.add(p.Sim, opt.Spread)
+		seeds.add(p.Replay, opt.Spread)
 	}
-	if seeds {
-		legend = append(legend, legendEntry{spreadLabel(opt.Spread), errSwatch})
+	if seeds.any() {
+		legend = append(legend, legendEntry{seeds.label(opt.Spread), errSwatch})
 	}
 	label := textStyle(noteSize)
 	label.XAlign = draw.XCenter
@@ -567,7 +592,7 @@ func tradeoffFigure(series []TradeoffSeries, opt Options) (*canvasFigure, string
 	accP := newPanel("confidence threshold T", "accuracy (%)")
 	hideXTicks(skipP)
 	var legend []legendEntry
-	seeds := false
+	var seeds seedCounts
 	accLo, accHi := math.Inf(1), math.Inf(-1)
 	for i, s := range series {
 		ls := draw.LineStyle{Color: seriesColour(i), Width: vg.Points(1.1)}
@@ -595,9 +620,8 @@ func tradeoffFigure(series []TradeoffSeries, opt Options) (*canvasFigure, string
 				} else {
 					solid = append(solid, xy)
 				}
-				if hasSpread(st, opt.Spread) {
+				if seeds.add(st, opt.Spread) {
 					lo, hi := st.Range(opt.Spread)
-					seeds = true
 					errs = append(errs, errBar{x: xy.X, lo: 100 * lo, hi: 100 * hi, halfCap: (ax.hi - ax.lo) / 80})
 				}
 				if pi == 1 {
@@ -616,8 +640,8 @@ func tradeoffFigure(series []TradeoffSeries, opt Options) (*canvasFigure, string
 			p.Add(errs, sc)
 		}
 	}
-	if seeds {
-		legend = append(legend, legendEntry{spreadLabel(opt.Spread), errSwatch})
+	if seeds.any() {
+		legend = append(legend, legendEntry{seeds.label(opt.Spread), errSwatch})
 	}
 	for _, p := range []*plot.Plot{skipP, accP} {
 		p.X.Min, p.X.Max = ax.lo, ax.hi

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -22,40 +23,58 @@ import (
 // RateColumn is the summary.csv column of a sweep over the arrival rate (see experiments.RunSweep).
 const RateColumn = "workload.arrival_rate"
 
-// readRates returns the arrival rate of every row of a sweep's summary.csv, in row order, or
-// nil when the file has no RateColumn (or "sweep." + RateColumn).
-func readRates(path string) ([]float64, error) {
+// readSweep reads the swept keys of a sweep's summary.csv (the columns before "point"), in
+// row order: each row's arrival rate (nil when the file has no RateColumn, or "sweep." +
+// RateColumn) and its point, the swept keys other than the seed as "key=value" joined by
+// spaces, each key by its last dotted part (nil when the file is no sweep's or sweeps the
+// seed only).
+func readSweep(path string) (rates []float64, points []string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer f.Close()
 	cr := csv.NewReader(f)
 	head, err := cr.Read()
 	if err != nil {
-		return nil, fmt.Errorf("%s:1: %w", path, err)
+		return nil, nil, fmt.Errorf("%s:1: %w", path, err)
 	}
-	col := slices.Index(head, RateColumn)
-	if col < 0 {
-		col = slices.Index(head, "sweep."+RateColumn)
+	rateCol := slices.Index(head, RateColumn)
+	if rateCol < 0 {
+		rateCol = slices.Index(head, "sweep."+RateColumn)
 	}
-	if col < 0 {
-		return nil, nil
+	var keys []int
+	if end := slices.Index(head, "point"); end > 0 {
+		for i, k := range head[:end] {
+			if k != "seed" && k != "sweep.seed" {
+				keys = append(keys, i)
+			}
+		}
 	}
-	var out []float64
 	for line := 2; ; line++ {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
-			return out, nil
+			return rates, points, nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
+			return nil, nil, fmt.Errorf("%s:%d: %w", path, line, err)
 		}
-		v, err := strconv.ParseFloat(rec[col], 64)
-		if err != nil || v < 0 || math.IsInf(v, 0) {
-			return nil, fmt.Errorf("%s:%d: column %s: %q is not an arrival rate", path, line, head[col], rec[col])
+		if rateCol >= 0 {
+			v, err := strconv.ParseFloat(rec[rateCol], 64)
+			if err != nil || v < 0 || math.IsInf(v, 0) {
+				return nil, nil, fmt.Errorf("%s:%d: column %s: %q is not an arrival rate", path, line, head[rateCol], rec[rateCol])
+			}
+			rates = append(rates, v)
 		}
-		out = append(out, v)
+		if len(keys) > 0 {
+			var parts []string
+			for _, i := range keys {
+				k := head[i]
+				k = k[strings.LastIndex(k, ".")+1:]
+				parts = append(parts, k+"="+rec[i])
+			}
+			points = append(points, strings.Join(parts, " "))
+		}
 	}
 }
 
@@ -114,7 +133,7 @@ func LoadData(rows []traces.SummaryRow, rates []float64) []LoadSeries {
 		if i >= len(rates) || rates[i] <= 0 {
 			continue
 		}
-		k := key{Group{r.Experiment, r.Mode}, r.Policy}
+		k := key{groupOf(r), r.Policy}
 		if points[k] == nil {
 			points[k] = map[float64][]traces.SummaryRow{}
 			keys = append(keys, k)
@@ -183,7 +202,8 @@ func loadFigure(series []LoadSeries, opt Options) (*canvasFigure, string) {
 	sloP := newPanel("arrival rate (queries/s)", "SLO attainment (%)")
 	hideXTicks(latP)
 	var legend []legendEntry
-	hasSLO, seeds := false, false
+	hasSLO := false
+	var seeds seedCounts
 	for i, s := range series {
 		name := s.Policy
 		if len(groups) > 1 {
@@ -199,14 +219,13 @@ func loadFigure(series []LoadSeries, opt Options) (*canvasFigure, string) {
 		for _, pt := range s.Points {
 			p99 = append(p99, plotter.XY{X: pt.Rate, Y: pt.P99.Mean})
 			p50 = append(p50, plotter.XY{X: pt.Rate, Y: pt.P50.Mean})
-			if hasSpread(pt.P99, opt.Spread) {
+			if seeds.add(pt.P99, opt.Spread) {
 				lo, hi := pt.P99.Range(opt.Spread)
 				errs99 = append(errs99, errBar{x: pt.Rate, lo: lo, hi: hi, halfCap: pt.Rate / 40})
-				seeds = true
 			}
 			if pt.SLO.N > 0 {
 				slo = append(slo, plotter.XY{X: pt.Rate, Y: 100 * pt.SLO.Mean})
-				if hasSpread(pt.SLO, opt.Spread) {
+				if seeds.add(pt.SLO, opt.Spread) {
 					lo, hi := pt.SLO.Range(opt.Spread)
 					errsSLO = append(errsSLO, errBar{x: pt.Rate, lo: 100 * lo, hi: 100 * hi, halfCap: pt.Rate / 40})
 				}
@@ -220,8 +239,8 @@ func loadFigure(series []LoadSeries, opt Options) (*canvasFigure, string) {
 		}
 	}
 	legend = append(legend, legendEntry{"p99 (solid), p50 (dashed)", lineSwatch(draw.LineStyle{Color: refGrey, Width: vg.Points(1.1)}, nil)})
-	if seeds {
-		legend = append(legend, legendEntry{spreadLabel(opt.Spread), errSwatch})
+	if seeds.any() {
+		legend = append(legend, legendEntry{seeds.label(opt.Spread), errSwatch})
 	}
 	var rates []float64
 	for _, s := range series {

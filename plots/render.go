@@ -110,6 +110,7 @@ func Render(dirs []string, outDir string, opt Options) ([]Figure, error) {
 	}
 	var all []Results
 	var summary, swept []traces.SummaryRow
+	var points []string // summary's sweep points; "" for rows from no sweep
 	var rates []float64
 	var sens []traces.SensitivityRow
 	for _, d := range dirs {
@@ -129,6 +130,11 @@ func Render(dirs []string, outDir string, opt Options) ([]Figure, error) {
 		}
 		all = append(all, r)
 		summary = append(summary, r.Summary...)
+		if r.Points != nil {
+			points = append(points, r.Points...)
+		} else {
+			points = append(points, make([]string, len(r.Summary))...)
+		}
 		if r.Rates != nil {
 			swept, rates = append(swept, r.Summary...), append(rates, r.Rates...)
 		}
@@ -158,7 +164,7 @@ func Render(dirs []string, outDir string, opt Options) ([]Figure, error) {
 	if len(all) == 0 {
 		return figs, nil
 	}
-	f, why := speedupFigure(SpeedupData(summary), opt)
+	f, why := speedupFigure(SpeedupData(summary, points), opt)
 	if err := add("speedup", f, why); err != nil {
 		return figs, err
 	}

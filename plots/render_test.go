@@ -2,14 +2,17 @@ package plots_test
 
 import (
 	"bytes"
+	"encoding/csv"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"image"
 	"image/png"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -226,4 +229,43 @@ func TestRenderFixtureToDir(t *testing.T) {
 	}
 	_, err := plots.Render([]string{fixtureDir(t)}, out, plots.Options{Formats: []string{"png", "pdf"}})
 	require.NoError(t, err)
+}
+
+// A sweep's speedup figure shows each point of its swept keys apart (the seeds alone are
+// pooled), and its legend says how many seeds are behind the error bars.
+func TestRenderSpeedupBySweepPoint(t *testing.T) {
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "summary.csv"))
+	require.NoError(t, err)
+	w := csv.NewWriter(f)
+	require.NoError(t, w.Write(append([]string{plots.RateColumn, "sweep.seed", "point"}, traces.SummaryHeader...)))
+	for _, rate := range []string{"0.5", "2"} {
+		for seed := range 3 {
+			for pi, p := range []string{"rr", "mosaic"} {
+				r := traces.SummaryRow{Experiment: "exp", Mode: "sim", Policy: p, Seed: uint64(seed + 1),
+					SpeedupExpert: 1, SpeedupAggregator: 1, SpeedupE2E: 1 + float64(pi)*(1+float64(seed)/10), E2ES: 10}
+				point := fmt.Sprintf("%04d_workload.arrival_rate=%s,seed=%d", seed, rate, seed+1)
+				require.NoError(t, w.Write(append([]string{rate, strconv.Itoa(seed + 1), point}, r.Record()...)))
+			}
+		}
+	}
+	w.Flush()
+	require.NoError(t, w.Error())
+	require.NoError(t, f.Close())
+
+	res, err := plots.Load(dir)
+	require.NoError(t, err)
+	assert.Equal(t, "arrival_rate=0.5", res.Points[0])
+	assert.Equal(t, "arrival_rate=2", res.Points[len(res.Points)-1])
+
+	out := t.TempDir()
+	figs, err := plots.Render([]string{dir}, out, plots.Options{Formats: []string{"svg"}})
+	require.NoError(t, err)
+	require.Equal(t, "speedup", figs[0].Name)
+	data, err := os.ReadFile(figs[0].Files[0])
+	require.NoError(t, err)
+	svg := string(data)
+	assert.Contains(t, svg, "arrival_rate=0.5")
+	assert.Contains(t, svg, "arrival_rate=2")
+	assert.Contains(t, svg, "min–max over 3 seeds")
 }
