@@ -13,7 +13,7 @@ VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 COMMIT    := $(shell git rev-parse HEAD 2>/dev/null)
 BIN       := bin/mosaic
 
-.PHONY: all deps node-deps build run test bench lint profile profile-tp paper sensitivity clean
+.PHONY: all deps node-deps build run test bench fuzz lint profile profile-tp paper sensitivity clean
 
 all: build
 
@@ -55,6 +55,14 @@ test: deps node-deps
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./...
+
+# Fuzz the command line (every command stops once its input is parsed and checked), the
+# experiment-file reader and the workload-file reader, FUZZTIME each (executions or a duration).
+FUZZTIME ?= 1000000x
+fuzz: deps
+	$(GO) test ./cmd/mosaic -run '^$$' -fuzz '^FuzzCommandLine$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x -parallel 2
+	$(GO) test ./experiments -run '^$$' -fuzz '^FuzzExperimentFile$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x -parallel 2
+	$(GO) test ./traces -run '^$$' -fuzz '^FuzzJSONL$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x -parallel 2
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -62,6 +62,9 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	case modes > 1:
 		return fmt.Errorf("%w: give exactly one of --data, --splitwise, --forward and --cpu-overheads", errUsage)
 	}
+	if *context < 0 {
+		return fmt.Errorf("%w: --context must not be negative, got %d", errUsage, *context)
+	}
 	gpuCounts, err := parseCounts(*gpus)
 	if err != nil {
 		return fmt.Errorf("%w: --gpus: %v", errUsage, err)
@@ -72,6 +75,9 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	}
 	if (held != nil || len(fitOnly) > 0) && !*fit && *splitwise == "" {
 		return fmt.Errorf("%w: --holdout and --fit-only need --fit", errUsage)
+	}
+	if parseOnly {
+		return nil
 	}
 	cat := sim.DefaultCatalog()
 	if *catalog != "" {

@@ -78,6 +78,22 @@ leading blocks the prefix cache may serve); every request produces exactly max_t
 	if *gpuName == "" || *modelName == "" {
 		return fmt.Errorf("%w: --gpu and --model are required", errUsage)
 	}
+	// Zero means "the default" to the emulator's options: a zero typed here is refused
+	// rather than silently replaced.
+	switch {
+	case !(*scale > 0):
+		return fmt.Errorf("%w: --time-scale must be positive, got %g", errUsage, *scale)
+	case *maxSeqs < 1:
+		return fmt.Errorf("%w: --max-num-seqs must be at least 1, got %d", errUsage, *maxSeqs)
+	case *maxTokens < 1:
+		return fmt.Errorf("%w: --max-batched-tokens must be at least 1, got %d", errUsage, *maxTokens)
+	case !(*util > 0):
+		return fmt.Errorf("%w: --gpu-memory-utilization must be in (0, 1], got %g", errUsage, *util)
+	case *blockSize < 1:
+		return fmt.Errorf("%w: --block-size must be at least 1, got %d", errUsage, *blockSize)
+	case *tensorParallel < 1:
+		return fmt.Errorf("%w: --tensor-parallel-size must be 1, 2, 4 or 8, got %d", errUsage, *tensorParallel)
+	}
 	if *enablePrefix && *noPrefix {
 		return fmt.Errorf("%w: --enable-prefix-caching and --no-enable-prefix-caching contradict each other", errUsage)
 	}
@@ -153,6 +169,12 @@ leading blocks the prefix cache may serve); every request produces exactly max_t
 	}
 	cfg.Faults = faults
 	cfg.Logger = logger
+	if parseOnly {
+		if err := cfg.Validate(); err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		return nil
+	}
 
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {

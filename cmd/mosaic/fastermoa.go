@@ -47,6 +47,10 @@ example:
 	if len(pos) == 0 {
 		pos = []string{"experiments/examples/faster-moa.toml"}
 	}
+	if parseOnly {
+		_, err := loadExperiment(pos, seed.value, *sets)
+		return err
+	}
 	run := func(dense bool) (*experiments.Run, error) {
 		exp, err := loadExperiment(pos, seed.value, append([]string{fmt.Sprintf("workload.dense=%v", dense)}, *sets...))
 		if err != nil {

@@ -89,6 +89,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		args = []string{args[1], "-h"} // mosaic help sim: the command's own help
 	}
+	errOutput = stderr
+	defer func() { errOutput = nil }()
 	if wantsHelp(args[1:]) {
 		// A command's help is what was asked for: print it on stdout.
 		helpOutput = stdout
@@ -120,15 +122,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
+// parseOnly, set by the command-line fuzz test, makes every command stop once its flags,
+// arguments and experiment overrides are parsed and checked: before it simulates, measures,
+// serves or writes anything.
+var parseOnly bool
+
 // helpOutput, when set, receives the flag sets' usage and errors (a command's help asked for
 // goes to stdout).
 var helpOutput io.Writer
 
-// newFlagSet is flag.NewFlagSet for a command, writing to helpOutput when set.
+// errOutput receives the flag sets' errors and usage otherwise: run's stderr.
+var errOutput io.Writer
+
+// newFlagSet is flag.NewFlagSet for a command, writing to helpOutput when set, else to
+// errOutput.
 func newFlagSet(name string, h flag.ErrorHandling) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, h)
-	if helpOutput != nil {
+	switch {
+	case helpOutput != nil:
 		fs.SetOutput(helpOutput)
+	case errOutput != nil:
+		fs.SetOutput(errOutput)
 	}
 	return fs
 }

@@ -44,7 +44,7 @@ are. Without arguments: the three experiments of experiments/paper/.`)
 		return err
 	}
 	refs, err := experiments.LoadReferences(*ref)
-	if err != nil {
+	if err != nil || parseOnly {
 		return err
 	}
 	var dirs []string

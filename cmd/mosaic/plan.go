@@ -25,7 +25,7 @@ func runPlan(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w: want one experiment file", errUsage)
 	}
 	exp, err := loadExperiment(pos, seed.value, *sets)
-	if err != nil {
+	if err != nil || parseOnly {
 		return err
 	}
 	res, err := exp.Resolve()

@@ -43,6 +43,9 @@ func runPlot(args []string, stdout io.Writer) error {
 	if *std {
 		opt.Spread = plots.SpreadStd
 	}
+	if parseOnly {
+		return nil
+	}
 	figs, err := plots.Render(dirs, *out, opt)
 	if err != nil {
 		return err

@@ -45,6 +45,18 @@ func runProfile(args []string, stdout io.Writer) error {
 	if len(pos) > 0 || *endpoint == "" || *model == "" || *gpuName == "" {
 		return fmt.Errorf("%w: --endpoint, --model and --gpu are required", errUsage)
 	}
+	switch {
+	case !(*scale > 0) || *scale > 1e6:
+		return fmt.Errorf("%w: --time-scale must be in (0, 1e6], got %g", errUsage, *scale)
+	case *warmup < 0:
+		return fmt.Errorf("%w: --warmup must not be negative, got %d", errUsage, *warmup)
+	case *maxSeqs < 1:
+		return fmt.Errorf("%w: --max-num-seqs must be at least 1, got %d", errUsage, *maxSeqs)
+	case *budget < *maxSeqs:
+		return fmt.Errorf("%w: --max-batched-tokens (%d) must be at least --max-num-seqs (%d)", errUsage, *budget, *maxSeqs)
+	case !(*util > 0) || *util > 1:
+		return fmt.Errorf("%w: --gpu-memory-utilization must be in (0, 1], got %g", errUsage, *util)
+	}
 	ls, err := ints(*lengths)
 	if err != nil {
 		return fmt.Errorf("%w: --lengths: %v", errUsage, err)
@@ -70,6 +82,9 @@ func runProfile(args []string, stdout io.Writer) error {
 		if key = os.Getenv(*apiKeyEnv); key == "" {
 			return fmt.Errorf("the environment variable %s is empty or unset", *apiKeyEnv)
 		}
+	}
+	if parseOnly {
+		return nil
 	}
 	ms, err := replay.Profile(context.Background(), replay.ProfileConfig{URL: *endpoint, Model: *model, APIKey: key,
 		Lengths: ls, Batches: bs, TimeScale: *scale, Warmup: *warmup,

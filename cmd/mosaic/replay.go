@@ -37,7 +37,7 @@ func runReplay(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w: -o DIR is required (results are written as calls complete)", errUsage)
 	}
 	exp, err := loadExperiment(pos, seed.value, *sets)
-	if err != nil {
+	if err != nil || parseOnly {
 		return err
 	}
 	res, err := exp.Resolve()

@@ -44,7 +44,7 @@ the three experiments of experiments/paper/.`)
 		return err
 	}
 	refs, err := experiments.LoadReferences(*ref)
-	if err != nil {
+	if err != nil || parseOnly {
 		return err
 	}
 	host, _ := os.Hostname()

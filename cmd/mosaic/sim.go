@@ -47,7 +47,7 @@ func runSim(args []string, stdout io.Writer) error {
 		return runSweep(pos, seed.value, *sets, sweeps, *shardFlag, *outDir, stdout)
 	}
 	exp, err := loadExperiment(pos, seed.value, *sets)
-	if err != nil {
+	if err != nil || parseOnly {
 		return err
 	}
 	res, err := exp.Resolve()
@@ -123,6 +123,9 @@ func runSweep(pos []string, seed string, sets, sweeps []string, shardFlag, outDi
 			if err := e.Set(a); err != nil {
 				return fmt.Errorf("%w: --sweep point %s: %v", errUsage, p.Name, strings.TrimPrefix(err.Error(), "--set "))
 			}
+		}
+		if parseOnly {
+			return nil
 		}
 		if _, err := e.Resolve(); err != nil {
 			return fmt.Errorf("sweep point %s: %w", p.Name, err)
@@ -202,6 +205,9 @@ func runMerge(args []string, stdout io.Writer) error {
 	}
 	if len(dirs) == 0 || *out == "" {
 		return fmt.Errorf("%w: want shard folders and -o OUT", errUsage)
+	}
+	if parseOnly {
+		return nil
 	}
 	if err := experiments.Merge(dirs, *out); err != nil {
 		return err

@@ -60,7 +60,7 @@ func traceGen(args []string, stdout io.Writer, mustImport bool) error {
 		return fmt.Errorf("%w: want one experiment file", errUsage)
 	}
 	exp, err := loadExperiment(pos, seed.value, *sets)
-	if err != nil {
+	if err != nil || parseOnly {
 		return err
 	}
 	if mustImport && exp.Workload.Answers == "" {
@@ -142,7 +142,7 @@ func traceConvert(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w: -o %s is the input: write the converted file elsewhere", errUsage, *out)
 	}
 	wl, err := traces.ReadJSONL(pos[0])
-	if err != nil {
+	if err != nil || parseOnly {
 		return err
 	}
 	f, err := os.Create(*out)
@@ -196,8 +196,11 @@ data's agreement/routerbench_arc_challenge_answers.csv.`)
 	if len(pos) != 1 {
 		return fmt.Errorf("%w: want one answer file", errUsage)
 	}
+	if *options < 2 {
+		return fmt.Errorf("%w: --options must be at least 2 answer letters, got %d", errUsage, *options)
+	}
 	set, err := traces.ReadAnswerSet(pos[0])
-	if err != nil {
+	if err != nil || parseOnly {
 		return err
 	}
 	var names []string

@@ -105,7 +105,8 @@ func (f Faults) validate() error {
 	return nil
 }
 
-func (c *Config) validate() error {
+// Validate checks the configuration as New does, without starting anything.
+func (c *Config) Validate() error {
 	if c.Model == nil || c.Cost == nil {
 		return errors.New("emulate: the config needs a model and its cost model")
 	}

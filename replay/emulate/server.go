@@ -108,7 +108,7 @@ func (r *request) fail(err error) {
 
 // New validates the configuration and starts the engine; the load delay starts now.
 func New(cfg Config) (*Server, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	ecfg := cfg.Engine
