@@ -29,7 +29,10 @@ const QuickstartName = "experiments/quickstart.toml"
 
 // Experiment is the decoded experiment file.
 type Experiment struct {
-	Name     string   `toml:"name"`
+	// Name names the experiment in tables, figures and results (required).
+	Name string `toml:"name"`
+	// Seed seeds every random draw of the workload; the same seed gives byte-identical
+	// results (default 0; --seed overrides it).
 	Seed     int64    `toml:"seed"`
 	Cluster  Cluster  `toml:"cluster"`
 	Engine   Engine   `toml:"engine"`
@@ -53,8 +56,10 @@ type Experiment struct {
 // Cluster is the hardware: Workers identical workers of GPU (each a tensor-parallel group of
 // TP GPUs), or a mixed cluster given as groups of workers ([[cluster.group]]), not both.
 type Cluster struct {
-	GPU     string `toml:"gpu"`
-	Workers int    `toml:"workers"`
+	// GPU is the catalog's GPU of every worker (`mosaic catalog gpus`).
+	GPU string `toml:"gpu"`
+	// Workers is the number of workers (model instances side by side).
+	Workers int `toml:"workers"`
 	// TP is the tensor-parallel degree of every worker: a worker is a group of TP GPUs of one
 	// node (1, 2, 4 or 8; default 1) that holds each model sharded over its GPUs.
 	TP int `toml:"tp"`
@@ -83,12 +88,19 @@ type ClusterGroup struct {
 type Engine struct {
 	// Preset names an engine preset of the catalog (`mosaic catalog engines`): scheduler
 	// defaults and CPU overheads of one engine version. The keys below override it.
-	Preset               string  `toml:"preset"`
-	MaxNumSeqs           int     `toml:"max_num_seqs"`
-	MaxBatchedTokens     int     `toml:"max_batched_tokens"`
-	ChunkedPrefill       *bool   `toml:"chunked_prefill"`
+	Preset string `toml:"preset"`
+	// MaxNumSeqs is vLLM's max_num_seqs: the most sequences in one batch.
+	MaxNumSeqs int `toml:"max_num_seqs"`
+	// MaxBatchedTokens is vLLM's max_num_batched_tokens: the token budget of one iteration.
+	MaxBatchedTokens int `toml:"max_batched_tokens"`
+	// ChunkedPrefill splits long prompts over iterations beside decodes (vLLM V1); false
+	// schedules whole prompts first (V0).
+	ChunkedPrefill *bool `toml:"chunked_prefill"`
+	// GPUMemoryUtilization is vLLM's gpu_memory_utilization: the share of a GPU's memory
+	// for weights, activations and KV cache.
 	GPUMemoryUtilization float64 `toml:"gpu_memory_utilization"`
-	BlockSize            int     `toml:"block_size"`
+	// BlockSize is the number of tokens per KV-cache block (at most 256).
+	BlockSize int `toml:"block_size"`
 	// PrefixCaching turns on vLLM's automatic prefix caching (default: the preset's; off
 	// without one): the calls of a query share their question as a prompt prefix
 	// (traces.Call.PrefixTokens), and an engine reuses the KV blocks of a prefix it computed.
@@ -142,9 +154,11 @@ type Workload struct {
 	// question_words,gold); "data:" prefixes a path inside the shared data folder.
 	Questions string `toml:"questions"`
 	// Dataset selects the questions of one dataset of the list.
-	Dataset        string  `toml:"dataset"`
-	TemplateTokens int     `toml:"template_tokens"`
-	TokensPerWord  float64 `toml:"tokens_per_word"`
+	Dataset string `toml:"dataset"`
+	// TemplateTokens is the prompt template around the question in every expert call.
+	TemplateTokens int `toml:"template_tokens"`
+	// TokensPerWord converts a question's words into prompt tokens.
+	TokensPerWord float64 `toml:"tokens_per_word"`
 	// PromptTokens is the question length when no question list is given.
 	PromptTokens *Dist      `toml:"prompt_tokens"`
 	Votes        Votes      `toml:"votes"`
@@ -165,9 +179,10 @@ type Workload struct {
 	ArrivalColumn  string  `toml:"arrival_column"`
 
 	// moa: the expert pool and routing ...
-	Experts         []string `toml:"experts"`
-	ExpertsPerQuery int      `toml:"experts_per_query"`
-	Routing         Routing  `toml:"routing"`
+	Experts []string `toml:"experts"`
+	// ExpertsPerQuery is k, the experts each query is routed to (with replacement).
+	ExpertsPerQuery int     `toml:"experts_per_query"`
+	Routing         Routing `toml:"routing"`
 	// ... or a workload file (JSONL, see traces.WriteJSONL; any graph) ...
 	Trace string `toml:"trace"`
 	// ... or real model answers (an answer file such as RouterBench's ARC answers): every
@@ -182,15 +197,17 @@ type Workload struct {
 	Shape []int `toml:"shape"`
 	// Dense (tree) makes every node read every node of the layer below: the dense baseline of
 	// Faster-MoA's tree.
-	Dense  bool       `toml:"dense"`
+	Dense bool `toml:"dense"`
+	// Models lists each tree layer's models, from the leaves up.
 	Models [][]string `toml:"models"`
 
 	// dag: the graph template.
 	Nodes []DAGNode `toml:"node"`
 
 	// batch: Model names the [[model]] the batch uses (default: the only one).
-	Model    string `toml:"model"`
-	Requests int    `toml:"requests"`
+	Model string `toml:"model"`
+	// Requests is the number of requests of a batch workload.
+	Requests int `toml:"requests"`
 	// InputTokens is the prompt-length distribution.
 	InputTokens *Dist `toml:"input_tokens"`
 	// OutputTokens overrides the model's output-length distribution.
@@ -202,7 +219,9 @@ type Workload struct {
 // a node reads every copy of an input, except that a node with as many copies as its input
 // reads the copy of its own number (a map over the fan-out).
 type DAGNode struct {
-	Name  string `toml:"name"`
+	// Name is how other nodes' inputs refer to the node.
+	Name string `toml:"name"`
+	// Role labels the node's calls in results (default: its name).
 	Role  string `toml:"role"`
 	Model string `toml:"model"`
 	// ToolMS is the duration of a tool step, milliseconds.
@@ -216,7 +235,9 @@ type DAGNode struct {
 	// OutputTokens and ForwardTokens default to the model's.
 	OutputTokens  *Dist `toml:"output_tokens"`
 	ForwardTokens *Dist `toml:"forward_tokens"`
-	Gate          bool  `toml:"gate"`
+	// Gate puts the aggregation rule on the node: from its inputs' answers it runs or is
+	// skipped (its answer then the inputs' majority).
+	Gate bool `toml:"gate"`
 	// DisagreementScale shortens the output of a node whose inputs agree (see
 	// [workload.aggregator]).
 	DisagreementScale float64 `toml:"disagreement_scale"`
@@ -260,17 +281,37 @@ const (
 // the aggregator changes accuracy by the given points at T = 1 and T = 2/3, in expectation
 // over the vote model: calibrated to those figures, not observed.
 type Aggregator struct {
-	Model             string          `toml:"model"`
-	OutputTokens      *Dist           `toml:"output_tokens"`
-	TemplateTokens    int             `toml:"template_tokens"`
-	DisagreementScale float64         `toml:"disagreement_scale"`
-	Accuracy          *float64        `toml:"accuracy"`
-	KeepMajority      float64         `toml:"keep_majority"`
-	BreakUnanimous    *float64        `toml:"break_unanimous"`
-	RescueUnanimous   *float64        `toml:"rescue_unanimous"`
-	BreakMajority     *float64        `toml:"break_majority"`
-	RescueMajority    *float64        `toml:"rescue_majority"`
-	SplitAccuracy     *float64        `toml:"split_accuracy"`
+	// Model names the [[model]] that aggregates.
+	Model string `toml:"model"`
+	// OutputTokens overrides the aggregator model's output-length distribution.
+	OutputTokens *Dist `toml:"output_tokens"`
+	// TemplateTokens is the aggregation prompt's own template, besides the question and the
+	// experts' forwarded answers.
+	TemplateTokens int `toml:"template_tokens"`
+	// DisagreementScale lengthens the aggregator's output with the experts' disagreement:
+	// its mean is scaled by 1 + DisagreementScale x (the share of votes against the majority).
+	DisagreementScale float64 `toml:"disagreement_scale"`
+	// Accuracy is the simple model's probability of a right answer when the experts' strict
+	// majority is wrong or absent.
+	Accuracy *float64 `toml:"accuracy"`
+	// KeepMajority is the simple model's probability of keeping a right strict majority.
+	KeepMajority float64 `toml:"keep_majority"`
+	// BreakUnanimous is the pattern model's probability of answering wrong on a right
+	// unanimous vote.
+	BreakUnanimous *float64 `toml:"break_unanimous"`
+	// RescueUnanimous is the pattern model's probability of answering right on a wrong
+	// unanimous vote.
+	RescueUnanimous *float64 `toml:"rescue_unanimous"`
+	// BreakMajority is the pattern model's probability of answering wrong on a right strict
+	// majority.
+	BreakMajority *float64 `toml:"break_majority"`
+	// RescueMajority is the pattern model's probability of answering right on a wrong strict
+	// majority.
+	RescueMajority *float64 `toml:"rescue_majority"`
+	// SplitAccuracy is the pattern model's accuracy on a vote without a strict majority
+	// (default: the aggregator model's own accuracy).
+	SplitAccuracy *float64 `toml:"split_accuracy"`
+	// FitAccuracyChange gives the accuracy changes the pattern model is fitted to (see above).
 	FitAccuracyChange *AccuracyChange `toml:"fit_accuracy_change"`
 }
 
@@ -278,18 +319,28 @@ type Aggregator struct {
 // skipped on unanimous votes (T1) and on strict majorities too (T2_3), against always
 // aggregating.
 type AccuracyChange struct {
-	T1  *float64 `toml:"t1"`
+	// T1 is the change at T = 1 (skipping on unanimous votes), percentage points.
+	T1 *float64 `toml:"t1"`
+	// T23 is the change at T = 2/3 (skipping on strict majorities too), percentage points.
 	T23 *float64 `toml:"t2_3"`
 }
 
 // Votes is the experts' answer model; Unanimous and Majority are calibration targets for the
 // shares of unanimous and strict-majority votes.
 type Votes struct {
-	Options          int     `toml:"options"`
+	// Options is the number of answer letters per question (10 for MMLU-Pro).
+	Options int `toml:"options"`
+	// ErrorCorrelation, in [0, 1], is the probability that a wrong answer is the query's
+	// shared distractor rather than a uniformly random wrong letter.
 	ErrorCorrelation float64 `toml:"error_correlation"`
-	Difficulty       float64 `toml:"difficulty"`
-	Unanimous        float64 `toml:"unanimous"`
-	Majority         float64 `toml:"majority"`
+	// Difficulty, >= 0, is the standard deviation of the per-query shift of every expert's
+	// log-odds of answering right.
+	Difficulty float64 `toml:"difficulty"`
+	// Unanimous is the target share of unanimous votes; with it (or Majority) the error
+	// correlation and difficulty are solved rather than read.
+	Unanimous float64 `toml:"unanimous"`
+	// Majority is the target share of strict majorities that are not unanimous.
+	Majority float64 `toml:"majority"`
 }
 
 // SLO is a per-query service level objective: a query meets it when its end-to-end latency
@@ -320,7 +371,8 @@ type Replay struct {
 	Endpoints []ReplayEndpoint  `toml:"endpoint"`
 	// GPUs are the CUDA devices of the workers, one per GPU, taken in worker order: a worker of
 	// a tensor-parallel group of TP GPUs takes TP of them (default: 0, 1, 2, ...).
-	GPUs          []int         `toml:"gpus"`
+	GPUs []int `toml:"gpus"`
+	// HealthTimeout bounds the wait for a launched server's GET /health to answer 200.
 	HealthTimeout time.Duration `toml:"health_timeout"`
 	// RequestTimeout bounds one attempt of a call (default 2h), ConnectTimeout connecting
 	// and the response headers (10s), FirstTokenTimeout the wait from the headers to the
@@ -333,8 +385,10 @@ type Replay struct {
 	IdleTimeout       time.Duration `toml:"idle_timeout"`
 	// MaxConcurrency bounds the calls in flight per server (default: the model's
 	// max_num_seqs); the rest wait in the worker's dispatcher, in submission order.
-	MaxConcurrency int  `toml:"max_concurrency"`
-	Retries        *int `toml:"retries"`
+	MaxConcurrency int `toml:"max_concurrency"`
+	// Retries is how many times a call that failed for a retryable reason (a refused
+	// connection, a stream cut short, HTTP 5xx) is sent again before it is recorded failed.
+	Retries *int `toml:"retries"`
 	// OnDeadWorker is "stop" (default) or "continue".
 	OnDeadWorker string `toml:"on_dead_worker"`
 	// APIKeyEnv names the environment variable holding the servers' API key.
@@ -357,9 +411,12 @@ type Replay struct {
 
 // ReplayEndpoint attaches a worker, or one model of a worker, to a running server.
 type ReplayEndpoint struct {
-	Worker int    `toml:"worker"`
-	Model  string `toml:"model"`
-	URL    string `toml:"url"`
+	// Worker is the worker the server stands for.
+	Worker int `toml:"worker"`
+	// Model is the [[model]] it serves ("" for every model of the worker).
+	Model string `toml:"model"`
+	// URL is the server's base URL (http or https).
+	URL string `toml:"url"`
 }
 
 // PolicySpec is one policy to compare.
@@ -399,17 +456,27 @@ type PolicySpec struct {
 
 // DynamicThresholdSpec is the dynamic_threshold table of a policy.
 type DynamicThresholdSpec struct {
-	High    *float64 `toml:"high"`
-	Low     *float64 `toml:"low"`
-	Backlog int      `toml:"backlog"`
-	Budget  *float64 `toml:"budget"`
+	// High is the threshold without load.
+	High *float64 `toml:"high"`
+	// Low is the threshold while the aggregating model's backlog is at least Backlog calls.
+	Low *float64 `toml:"low"`
+	// Backlog is the number of the aggregating model's released, unfinished calls at which
+	// the threshold drops to Low.
+	Backlog int `toml:"backlog"`
+	// Budget is the accuracy budget: the most skips below High, as a share of the gated
+	// calls decided.
+	Budget *float64 `toml:"budget"`
 }
 
 // EarlyExitSpec is the early_exit table of a policy.
 type EarlyExitSpec struct {
-	Agreement     *float64 `toml:"agreement"`
-	MinFinished   int      `toml:"min_finished"`
-	MinConfidence float64  `toml:"min_confidence"`
+	// Agreement is the share of the finished inputs' answers their top answer needs for the
+	// gated call to go on without the unfinished ones (which are cancelled).
+	Agreement *float64 `toml:"agreement"`
+	// MinFinished is the number of inputs that must have answered first.
+	MinFinished int `toml:"min_finished"`
+	// MinConfidence, when positive, is the least mean confidence of the finished calls.
+	MinConfidence float64 `toml:"min_confidence"`
 }
 
 // Dist is a length distribution: {dist = "fixed", value = N}, {dist = "lognormal", mean = M,
@@ -418,21 +485,28 @@ type EarlyExitSpec struct {
 // [, scale = S] [, max = X]} (the observed values of a CSV column, times S: 1.33 tokens per
 // word turns a column of words into tokens).
 type Dist struct {
-	Dist  string  `toml:"dist"`
-	Value int     `toml:"value"`
-	Mean  float64 `toml:"mean"`
-	P99   float64 `toml:"p99"`
+	// Dist is the kind: "fixed", "lognormal", "uniform" or "empirical".
+	Dist string `toml:"dist"`
+	// Value is a fixed distribution's value.
+	Value int `toml:"value"`
+	// Mean and P99 are a lognormal's mean and 99th percentile.
+	Mean float64 `toml:"mean"`
+	P99  float64 `toml:"p99"`
 	// A lognormal is given by two of mean, p99, median and sigma (the log-scale standard
 	// deviation): mean and p99, or sigma with mean or median. CapShare adds runaway
 	// generations that run to max, with this probability.
 	Median   float64 `toml:"median"`
 	Sigma    float64 `toml:"sigma"`
 	CapShare float64 `toml:"cap_share"`
-	Min      int     `toml:"min"`
-	Max      int     `toml:"max"`
-	File     string  `toml:"file"`
-	Column   string  `toml:"column"`
-	Scale    float64 `toml:"scale"`
+	// Min and Max bound the draws (a uniform's range; a lognormal's floor, default 1, and
+	// cap; an empirical's cap).
+	Min int `toml:"min"`
+	Max int `toml:"max"`
+	// File and Column name an empirical distribution's CSV file ("data:" prefixes a path in
+	// the shared data folder) and column; Scale multiplies its values.
+	File   string  `toml:"file"`
+	Column string  `toml:"column"`
+	Scale  float64 `toml:"scale"`
 }
 
 // Load reads and decodes an experiment file. Unknown keys and wrong types are errors.
