@@ -1,10 +1,15 @@
 package experiments
 
 import (
+	"bytes"
+	"encoding/csv"
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/mosaic-sched/mosaic/sim"
@@ -17,6 +22,8 @@ type BatchReport struct {
 	Model      string
 	KVTokens   int
 	Result     sim.BatchResult
+	// Requests are the requests served, in the order of Result.Times.
+	Requests []sim.Request
 }
 
 // RunBatch simulates the resolved batch workload: requests drawn from the workload's
@@ -49,8 +56,56 @@ func (r *Resolved) RunBatch() (*BatchReport, error) {
 	}
 	return &BatchReport{
 		Experiment: r.Name, GPU: r.GPU.Name, Model: b.Model.Arch.ID,
-		KVTokens: b.Model.Engine.NumBlocks * b.Model.Engine.BlockSize, Result: res,
+		KVTokens: b.Model.Engine.NumBlocks * b.Model.Engine.BlockSize, Result: res, Requests: requestsOf(reqs),
 	}, nil
+}
+
+func requestsOf(arrivals []sim.Arrival) []sim.Request {
+	out := make([]sim.Request, len(arrivals))
+	for i, a := range arrivals {
+		out[i] = a.Request
+	}
+	return out
+}
+
+// BatchRequestHeader is the header of a batch run's requests.csv.
+var BatchRequestHeader = []string{"request", "prompt_tokens", "output_tokens", "arrival_s", "first_token_s", "end_s", "ttft_s", "latency_s", "preemptions"}
+
+// WriteDir writes the report into dir: report.txt (the table Write prints) and requests.csv
+// (one row per request, times in seconds from the start).
+func (b *BatchReport) WriteDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var table bytes.Buffer
+	if err := b.Write(&table); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "report.txt"), table.Bytes(), 0o644); err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	cw := csv.NewWriter(&buf)
+	if err := cw.Write(BatchRequestHeader); err != nil {
+		return err
+	}
+	secs := func(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 6, 64) }
+	for i, t := range b.Result.Times {
+		var r sim.Request
+		if i < len(b.Requests) {
+			r = b.Requests[i]
+		}
+		if err := cw.Write([]string{strconv.FormatUint(t.ID, 10), strconv.Itoa(r.PromptTokens), strconv.Itoa(r.OutputTokens),
+			secs(t.Arrival), secs(t.FirstToken), secs(t.Finish), secs(t.FirstToken - t.Arrival), secs(t.Finish - t.Arrival),
+			strconv.Itoa(t.Preemptions)}); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	if err := cw.Error(); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "requests.csv"), buf.Bytes(), 0o644)
 }
 
 // Write prints the report as an aligned table.

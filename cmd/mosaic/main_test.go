@@ -30,11 +30,20 @@ func TestQuickstart(t *testing.T) {
 }
 
 func TestSingleModel(t *testing.T) {
-	code, out, errOut := runCLI("sim", singleModel)
+	dir := filepath.Join(t.TempDir(), "out")
+	code, out, errOut := runCLI("sim", singleModel, "--set", "workload.requests=50", "-o", dir)
 	require.Equal(t, 0, code, errOut)
 	for _, want := range []string{"batch latency s", "output throughput tok/s", "mean batch size", "preemptions"} {
 		assert.Contains(t, out, want)
 	}
+	// -o holds the table and one row per request.
+	report, err := os.ReadFile(filepath.Join(dir, "report.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, out, string(report))
+	assert.Len(t, readCSV(t, filepath.Join(dir, "requests.csv")), 50)
+	data, err := os.ReadFile(filepath.Join(dir, "requests.csv"))
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(data), "request,prompt_tokens,output_tokens,arrival_s,first_token_s,end_s,ttft_s,latency_s,preemptions\n"))
 }
 
 func TestSimSameSeedSameOutput(t *testing.T) {

@@ -66,6 +66,12 @@ func runSim(args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if *outDir != "" {
+			if err := rep.WriteDir(*outDir); err != nil {
+				return err
+			}
+			slog.Info("results written", "dir", *outDir, "files", "report.txt, requests.csv")
+		}
 		slog.Info("done", "wall", time.Since(start).Round(time.Millisecond))
 		return rep.Write(stdout)
 	}
