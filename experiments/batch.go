@@ -91,10 +91,7 @@ func (b *BatchReport) WriteDir(dir string) error {
 	}
 	secs := func(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', 6, 64) }
 	for i, t := range b.Result.Times {
-		var r sim.Request
-		if i < len(b.Requests) {
-			r = b.Requests[i]
-		}
+		r := b.Requests[i]
 		if err := cw.Write([]string{strconv.FormatUint(t.ID, 10), strconv.Itoa(r.PromptTokens), strconv.Itoa(r.OutputTokens),
 			secs(t.Arrival), secs(t.FirstToken), secs(t.Finish), secs(t.FirstToken - t.Arrival), secs(t.Finish - t.Arrival),
 			strconv.Itoa(t.Preemptions)}); err != nil {

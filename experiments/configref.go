@@ -49,7 +49,7 @@ var codeDefaults = map[string]string{
 	"replay.request_timeout":             replay.DefaultTimeouts.Request.String(),
 	"replay.admission_poll":              replay.DefaultAdmissionPoll.String(),
 	"replay.command":                     "`" + replay.DefaultCommand + "`",
-	"replay.retries":                     "3",
+	"replay.retries":                     strconv.Itoa(DefaultRetries),
 	"replay.time_scale":                  "1",
 }
 
@@ -111,10 +111,10 @@ is an inline table described under [Distributions](#distributions).
 			d := docs[t.Name()+"."+f.Name]
 			def, ok := codeDefaults[key]
 			if !ok {
-				def = defaultOf(docs[t.Name()+"."+f.Name+"#own"])
+				def = d.stated
 			}
 			rows = append(rows, fmt.Sprintf("| `%s` | %s | %s | %s | %s | %s |", tag, tomlType(f.Type), mdCell(def), mdCell(unitOf(tag, f.Type)),
-				mdCell(codeSpan(example(key))), mdCell(d)))
+				mdCell(codeSpan(example(key))), mdCell(d.text)))
 		}
 		if prefix != "" || len(rows) > 0 {
 			title := "Top level"
@@ -125,7 +125,7 @@ is an inline table described under [Distributions](#distributions).
 				title = "`[" + prefix + "]`"
 			}
 			fmt.Fprintf(&b, "## %s\n\n", title)
-			if td := docs[t.Name()]; td != "" {
+			if td := docs[t.Name()].text; td != "" {
 				fmt.Fprintf(&b, "%s\n\n", td)
 			}
 			if len(rows) > 0 {
@@ -145,12 +145,12 @@ is an inline table described under [Distributions](#distributions).
 	}
 	walk(reflect.TypeFor[Experiment](), "", false)
 	b.WriteString("## Distributions\n\n")
-	fmt.Fprintf(&b, "%s\n\n", docs["Dist"])
+	fmt.Fprintf(&b, "%s\n\n", docs["Dist"].text)
 	b.WriteString("| key | type | meaning |\n|---|---|---|\n")
 	dt := reflect.TypeFor[Dist]()
 	for i := range dt.NumField() {
 		f := dt.Field(i)
-		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", tomlName(f), tomlType(f.Type), mdCell(docs["Dist."+f.Name]))
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", tomlName(f), tomlType(f.Type), mdCell(docs["Dist."+f.Name].text))
 	}
 	return b.String(), nil
 }
@@ -331,17 +331,21 @@ func mdCell(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
+// keyDoc is the documentation of a type or field: its text, and the default that the field's
+// own comment states ("" when it states none).
+type keyDoc struct{ text, stated string }
+
 // fieldDocs reads experiment.go's documentation: "Type" for a type's doc comment and
 // "Type.Field" for a field's, in which the Go names of the type's fields are replaced by
 // their keys. A field without a comment of its own takes the sentences that name it from the
 // comment of the field group above it, or else from its type's comment.
-func fieldDocs() (map[string]string, error) {
+func fieldDocs() (map[string]keyDoc, error) {
 	fset := token.NewFileSet()
 	file, err := parser.ParseFile(fset, "experiment.go", experimentSource, parser.ParseComments)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]string{}
+	out := map[string]keyDoc{}
 	var p comment.Parser
 	var pr comment.Printer
 	text := func(cg *ast.CommentGroup) string {
@@ -384,7 +388,7 @@ func fieldDocs() (map[string]string, error) {
 			if doc == "" {
 				doc = text(ts.Doc)
 			}
-			out[ts.Name.Name] = rename(doc)
+			out[ts.Name.Name] = keyDoc{text: rename(doc)}
 			group := ""
 			for _, f := range st.Fields.List {
 				own := text(f.Doc)
@@ -399,11 +403,12 @@ func fieldDocs() (map[string]string, error) {
 					if d == "" {
 						d = sentencesNaming(doc, n.Name)
 					}
-					out[ts.Name.Name+"."+n.Name] = rename(d)
+					kd := keyDoc{text: rename(d)}
 					// A stated default is the field's when its own comment speaks of it alone.
 					if own != "" && len(f.Names) == 1 && !namesOthers(own, n.Name, keys) {
-						out[ts.Name.Name+"."+n.Name+"#own"] = own
+						kd.stated = defaultOf(own)
 					}
+					out[ts.Name.Name+"."+n.Name] = kd
 				}
 			}
 		}

@@ -45,7 +45,7 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 	cfg := replay.Config{Workers: W, Models: map[string]replay.Model{}, Command: rp.Command, Env: rp.Env,
 		GPUName: r.GPU.Name, GPUs: rp.GPUs, HealthTimeout: rp.HealthTimeout,
 		Timeouts:       replay.Timeouts{Connect: rp.ConnectTimeout, FirstToken: rp.FirstTokenTimeout, Idle: rp.IdleTimeout, Request: rp.RequestTimeout},
-		MaxConcurrency: rp.MaxConcurrency, Retries: 3, TimeScale: rp.TimeScale, StopOnDeadWorker: true,
+		MaxConcurrency: rp.MaxConcurrency, Retries: DefaultRetries, TimeScale: rp.TimeScale, StopOnDeadWorker: true,
 		Seed: uint64(r.Seed), AdmissionPoll: replay.DefaultAdmissionPoll}
 	served := func(m *ResolvedModel, eng sim.EngineConfig) replay.Model {
 		return replay.Model{Name: m.Name, Arch: m.Arch.ID, Utilization: m.Memory, MaxNumSeqs: eng.MaxNumSeqs,

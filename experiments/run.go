@@ -21,6 +21,10 @@ import (
 // DefaultUnloadTime is the time to stop an engine and free its memory.
 const DefaultUnloadTime = time.Second
 
+// DefaultRetries is how many times replay sends a call again after a retryable failure
+// unless [replay] retries says otherwise.
+const DefaultRetries = 3
+
 // Run is the outcome of comparing the policies of a MoA experiment.
 type Run struct {
 	Experiment *Resolved
