@@ -14,158 +14,60 @@
 package policies
 
 import (
-	"context"
 	"fmt"
 	"time"
 
+	"github.com/mosaic-sched/mosaic/policies/backend"
 	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
-// WorkerID numbers the workers (GPUs) from 0.
-type WorkerID int
+// The Backend's vocabulary lives in the leaf package policies/backend, which the backends
+// (sim/cluster, replay) import instead of this package; the names below re-export it, so a
+// policy sees only this package's names.
 
-// Backend executes work on workers and reports what happened. sim/cluster advances a virtual
-// clock; replay talks to inference servers and funnels their completions into one channel.
-//
-// Contract: Load, Unload, Submit, Cancel and WakeAt return at once; each Load completes later
-// with one EventLoaded (or EventFailed), each Unload with one EventUnloaded, each Submit with
-// one EventDone, EventFailed or, once Cancel was asked for it, EventCancelled (a call that
-// finished before the cancellation took effect still reports EventDone), each WakeAt with one
-// EventTimer. Cancel stops a submitted call at the engine's next iteration and frees its KV
-// cache, as an inference server aborts a request whose client went away; EventCancelled
-// carries the output tokens it produced. Next blocks until the next event and returns events
-// in non-decreasing At order; it returns ErrIdle when nothing is pending. The Driver calls a
-// Backend from one goroutine only.
-type Backend interface {
-	Now() time.Duration
-	Load(w WorkerID, model string) error
-	Unload(w WorkerID, model string) error
-	Submit(w WorkerID, c *traces.Call) error
-	Cancel(w WorkerID, call int) error
-	WakeAt(t time.Duration)
-	Next(ctx context.Context) (Event, error)
-}
+// WorkerID is the backend package's WorkerID: workers (GPUs) numbered from 0.
+type WorkerID = backend.WorkerID
 
-// ErrIdle is returned by Backend.Next when no load, call or timer is pending.
-var ErrIdle = fmt.Errorf("policies: backend has nothing pending")
+// Backend is the backend package's Backend: what executes work on workers for the Driver.
+type Backend = backend.Backend
 
-// EventKind says what an Event reports.
-type EventKind int
+// ErrIdle is the backend package's ErrIdle, returned by Backend.Next when nothing is pending.
+var ErrIdle = backend.ErrIdle
 
-// The events a Policy sees. Backends produce Loaded, Unloaded, Done, Failed and Timer; the
-// Driver adds Released and Skipped, and passes a Timer on to the policy only when the policy
-// asked for it (ActWake).
+// EventKind is the backend package's EventKind: what an Event reports.
+type EventKind = backend.EventKind
+
+// The events a Policy sees: the backend package's (see its EventKind constants). Backends
+// produce Loaded, Unloaded, Done, Failed and Timer; the Driver adds Released and Skipped, and
+// passes a Timer on to the policy only when the policy asked for it (ActWake).
 const (
-	EventLoaded EventKind = iota
-	EventUnloaded
-	EventDone
-	EventFailed
-	EventTimer
-	// EventReleased: calls became ready (Event.Calls): a query's first calls on arrival, or a
-	// call whose inputs are all done (and, if gated, that the rule decided to run).
-	EventReleased
-	// EventSkipped: the rule skipped a gated call (Event.Call) of query Event.Query.
-	EventSkipped
-	// EventCancelled: a call (Event.Call) was cancelled, by the policy (ActCancel) or by an
-	// early exit: a submitted one stopped on Event.Worker after producing Event.Produced
-	// output tokens; one never submitted (Event.Worker -1) will not run. A call released open
-	// (overlap) and skipped by its rule before it was submitted is withdrawn the same way,
-	// after its EventSkipped.
-	EventCancelled
+	// EventLoaded is the backend package's EventLoaded.
+	EventLoaded = backend.EventLoaded
+	// EventUnloaded is the backend package's EventUnloaded.
+	EventUnloaded = backend.EventUnloaded
+	// EventDone is the backend package's EventDone.
+	EventDone = backend.EventDone
+	// EventFailed is the backend package's EventFailed.
+	EventFailed = backend.EventFailed
+	// EventTimer is the backend package's EventTimer.
+	EventTimer = backend.EventTimer
+	// EventReleased is the backend package's EventReleased: calls became ready.
+	EventReleased = backend.EventReleased
+	// EventSkipped is the backend package's EventSkipped: the rule skipped a gated call.
+	EventSkipped = backend.EventSkipped
+	// EventCancelled is the backend package's EventCancelled: a call was cancelled.
+	EventCancelled = backend.EventCancelled
 )
 
-var eventNames = [...]string{"loaded", "unloaded", "done", "failed", "timer", "released", "skipped", "cancelled"}
+// Event is the backend package's Event: something that happened.
+type Event = backend.Event
 
-func (k EventKind) String() string {
-	if int(k) < len(eventNames) {
-		return eventNames[k]
-	}
-	return fmt.Sprintf("event(%d)", int(k))
-}
+// CallTiming is the backend package's CallTiming: when a call went through a worker.
+type CallTiming = backend.CallTiming
 
-// Event is something that happened.
-type Event struct {
-	Kind   EventKind
-	At     time.Duration
-	Worker WorkerID
-	Model  string
-	// Call is the finished (or failed) call of EventDone and EventFailed, the skipped call of
-	// EventSkipped.
-	Call *CallRef
-	// Timing of a finished call, filled by the backend.
-	Timing CallTiming
-	// Calls are the calls released by EventReleased.
-	Calls []CallRef
-	// Query is the query of EventSkipped's call.
-	Query int
-	// Produced is the output tokens a cancelled call produced before it stopped.
-	Produced int
-	// Err says why a load or call failed.
-	Err error
-}
-
-// Ends reports whether the event ends a submitted call on its worker: done, failed, or
-// cancelled after it was submitted.
-func (e Event) Ends() bool {
-	switch e.Kind {
-	case EventDone, EventFailed:
-		return e.Call != nil
-	case EventCancelled:
-		return e.Worker >= 0
-	}
-	return false
-}
-
-// CallTiming is when a call went through a worker. All times are in the experiment's time base
-// (simulated time; in replay, real time since the start times the time scale) and mean the same
-// under every backend: Submitted <= Started <= FirstToken <= End.
-type CallTiming struct {
-	// Submitted is when the Driver handed the call to the backend (Backend.Submit).
-	Submitted time.Duration
-	// Started is when the worker's engine admitted the call: the start of the first iteration
-	// that scheduled it (its prefill), after any wait in the engine's queue or, in replay, in the
-	// worker's dispatcher. The simulator knows it exactly. Replay's servers do not report
-	// admission per request, so replay estimates it from their waiting count
-	// (vllm:num_requests_waiting, polled every [replay] admission_poll): the send time for a call
-	// no poll saw waiting, otherwise to within half a poll interval. With polling off, or a
-	// server without the gauge, it is the send time.
-	Started time.Duration
-	// FirstToken is when the first output token was produced (replay: when its chunk arrived).
-	FirstToken time.Duration
-	// End is when the last output token was produced (replay: when the stream ended).
-	End time.Duration
-	// Preemptions counts the engine's preemptions of the call (replay cannot observe them: 0).
-	Preemptions int
-}
-
-// CallRef is what a policy may know about a call: everything but its output (its real output
-// length and answer are unknown until it has run; policies plan with the profiled length
-// distributions of ModelInfo).
-type CallRef struct {
-	ID    int
-	Query int
-	// Role and Layer label the call (an expert of layer 0, an aggregator of layer 1, ...).
-	Role  string
-	Layer int
-	Model string
-	// InputTokens is the call's whole prompt, its inputs' forwarded tokens included.
-	InputTokens int
-	// Ready is when the call became ready.
-	Ready time.Duration
-	// Inputs is how many calls this call reads, and Confidence the top vote share of their
-	// answers (0 without inputs): known once they are done, and a predictor of an aggregating
-	// call's output length (disagreement makes it longer).
-	Inputs     int
-	Confidence float64
-	// Final marks a final call of its query that reads others: the final stage (a MoA query's
-	// aggregator).
-	Final bool
-	// Open marks a call released before its inputs finished (prefill-decode overlap,
-	// Driver.SetOverlap): submitted now, its worker prefills its prompt as they finish;
-	// InputTokens is then the prompt it will have if they all run.
-	Open bool
-}
+// CallRef is the backend package's CallRef: what a policy may know about a call.
+type CallRef = backend.CallRef
 
 // ActionKind says what an Action asks for.
 type ActionKind int

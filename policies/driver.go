@@ -9,6 +9,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/mosaic-sched/mosaic/policies/backend"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -82,18 +83,9 @@ type Driver struct {
 	decided, lowered int
 }
 
-// Grower is implemented by backends that can prefill a call while its inputs still run:
-// prefill-decode overlap (Faster-MoA). The simulated cluster holds the call as an engine
-// sequence whose prompt grows; replay approximates it with the server's prefix cache.
-type Grower interface {
-	// SubmitOpen submits a call of which only c.InputTokens prompt tokens are known so far
-	// (its own prompt and the outputs of the inputs already done): the worker prefills them
-	// and holds the call.
-	SubmitOpen(w WorkerID, c *traces.Call) error
-	// Grow appends tokens (a finished input's forwarded output) to open call id's prompt;
-	// close says every input is in: the call then prefills the rest and decodes.
-	Grow(w WorkerID, id int, tokens int, close bool) error
-}
+// Grower is the backend package's Grower: a Backend that can prefill a call while its inputs
+// still run (prefill-decode overlap; see SetOverlap).
+type Grower = backend.Grower
 
 // SetOverlap turns on prefill-decode overlap (Faster-MoA): every LLM call that reads others is
 // released, marked CallRef.Open, as soon as its query arrives, and a policy that submits it

@@ -1,5 +1,5 @@
 // Package replay runs experiments on real OpenAI-compatible inference servers (vLLM, one per
-// GPU worker, or `mosaic emulate`) through the same policies.Backend contract the simulator
+// GPU worker, or `mosaic emulate`) through the same backend.Backend contract the simulator
 // implements, so the same Driver, policies and rules drive real GPUs unchanged.
 //
 // Each call becomes a streaming /v1/completions request to its worker's server with
@@ -46,7 +46,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/policies/backend"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -117,7 +117,7 @@ type Config struct {
 	TimeOffset time.Duration
 	// Finished, when set, lists calls already done in an interrupted run (resume): their
 	// submissions complete at once with the recorded timing, without a request.
-	Finished map[int]policies.CallTiming
+	Finished map[int]backend.CallTiming
 	// Seed keys the prompts' token streams (the experiment's seed).
 	Seed uint64
 	// PrefixCaching tells launched servers to keep automatic prefix caching on (the workload's
@@ -225,12 +225,12 @@ type ServerInfo struct {
 	PrefixCaching string `json:"prefix_caching,omitempty"`
 }
 
-// Backend implements policies.Backend over HTTP.
+// Backend implements backend.Backend over HTTP.
 type Backend struct {
 	cfg     Config
 	start   time.Time
 	control *http.Client // health, models, version, metrics: apart from the calls' pools
-	events  chan policies.Event
+	events  chan backend.Event
 	ctx     context.Context
 	cancel  context.CancelFunc
 
@@ -264,7 +264,7 @@ type server struct {
 	adm   *admission
 }
 
-var _ policies.Backend = (*Backend)(nil)
+var _ backend.Backend = (*Backend)(nil)
 
 // New returns a backend; launched servers are stopped by Close. It fails when the process may
 // not open enough files for the connections it will hold (after raising the soft limit to
@@ -314,7 +314,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &Backend{cfg: cfg, start: time.Now(), events: make(chan policies.Event, 1024), ctx: ctx, cancel: cancel,
+	b := &Backend{cfg: cfg, start: time.Now(), events: make(chan backend.Event, 1024), ctx: ctx, cancel: cancel,
 		control: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2, MaxConnsPerHost: 4,
 			DialContext: (&net.Dialer{Timeout: cfg.Timeouts.Connect}).DialContext, ResponseHeaderTimeout: cfg.Timeouts.Connect}},
 		servers: map[serverKey]*server{}, prefixOf: sharedPrefix}
@@ -366,7 +366,7 @@ func (b *Backend) Servers() []ServerInfo {
 	return out
 }
 
-// Now implements policies.Backend: real time since the start, in the experiment's time base.
+// Now implements backend.Backend: real time since the start, in the experiment's time base.
 func (b *Backend) Now() time.Duration { return b.virtual(time.Now()) }
 
 func (b *Backend) virtual(t time.Time) time.Duration {
@@ -383,52 +383,52 @@ func (b *Backend) begin() {
 	b.mu.Unlock()
 }
 
-func (b *Backend) emit(ev policies.Event) {
+func (b *Backend) emit(ev backend.Event) {
 	select {
 	case b.events <- ev:
 	case <-b.ctx.Done():
 	}
 }
 
-// Next implements policies.Backend.
-func (b *Backend) Next(ctx context.Context) (policies.Event, error) {
+// Next implements backend.Backend.
+func (b *Backend) Next(ctx context.Context) (backend.Event, error) {
 	for {
 		b.mu.Lock()
 		dead, pending := b.dead, b.pending
 		b.mu.Unlock()
 		if dead != nil && b.cfg.StopOnDeadWorker {
-			return policies.Event{}, dead
+			return backend.Event{}, dead
 		}
 		if pending == 0 {
 			select {
 			case ev := <-b.events:
 				return b.deliver(ev), nil
 			default:
-				return policies.Event{}, policies.ErrIdle
+				return backend.Event{}, backend.ErrIdle
 			}
 		}
 		select {
 		case ev := <-b.events:
 			return b.deliver(ev), nil
 		case <-ctx.Done():
-			return policies.Event{}, ctx.Err()
+			return backend.Event{}, ctx.Err()
 		case <-time.After(time.Second):
 			// re-check for a dead worker
 		}
 	}
 }
 
-func (b *Backend) deliver(ev policies.Event) policies.Event {
+func (b *Backend) deliver(ev backend.Event) backend.Event {
 	b.mu.Lock()
 	b.pending--
 	b.mu.Unlock()
-	if late := b.Now() - ev.At; late >= 0 && ev.Kind != policies.EventFailed {
+	if late := b.Now() - ev.At; late >= 0 && ev.Kind != backend.EventFailed {
 		b.over.record(func(o *overheads) { o.pickup.add(b.real(late)) })
 	}
 	return ev
 }
 
-// WakeAt implements policies.Backend.
+// WakeAt implements backend.Backend.
 func (b *Backend) WakeAt(t time.Duration) {
 	b.begin()
 	go func() {
@@ -440,7 +440,7 @@ func (b *Backend) WakeAt(t time.Duration) {
 				return
 			}
 		}
-		b.emit(policies.Event{Kind: policies.EventTimer, At: max(t, b.Now())})
+		b.emit(backend.Event{Kind: backend.EventTimer, At: max(t, b.Now())})
 	}()
 }
 
@@ -458,9 +458,9 @@ func (b *Backend) endpoint(w int, model string) string {
 	return url
 }
 
-// Load implements policies.Backend: attach to the worker's server (waiting for /health and
+// Load implements backend.Backend: attach to the worker's server (waiting for /health and
 // checking it serves the model) or launch one.
-func (b *Backend) Load(w policies.WorkerID, model string) error {
+func (b *Backend) Load(w backend.WorkerID, model string) error {
 	m, err := b.cfg.model(int(w), model)
 	if err != nil {
 		return err
@@ -470,7 +470,7 @@ func (b *Backend) Load(w policies.WorkerID, model string) error {
 	go func() {
 		defer b.wg.Done()
 		srv, err := b.bring(int(w), m)
-		ev := policies.Event{Kind: policies.EventLoaded, Worker: w, Model: model}
+		ev := backend.Event{Kind: backend.EventLoaded, Worker: w, Model: model}
 		b.mu.Lock()
 		if b.ctx.Err() != nil {
 			b.mu.Unlock()
@@ -482,7 +482,7 @@ func (b *Backend) Load(w policies.WorkerID, model string) error {
 		}
 		b.mu.Unlock()
 		if err != nil {
-			ev.Kind, ev.Err = policies.EventFailed, err
+			ev.Kind, ev.Err = backend.EventFailed, err
 			slog.Error("model load failed", "worker", w, "model", model, "err", err)
 		}
 		ev.At = b.Now()
@@ -776,9 +776,9 @@ func stop(s *server) {
 	}
 }
 
-// Unload implements policies.Backend: a launched server is stopped; an attached one is left
+// Unload implements backend.Backend: a launched server is stopped; an attached one is left
 // running.
-func (b *Backend) Unload(w policies.WorkerID, model string) error {
+func (b *Backend) Unload(w backend.WorkerID, model string) error {
 	key := serverKey{int(w), model}
 	b.mu.Lock()
 	srv := b.servers[key]
@@ -792,7 +792,7 @@ func (b *Backend) Unload(w policies.WorkerID, model string) error {
 	go func() {
 		defer b.wg.Done()
 		stop(srv)
-		b.emit(policies.Event{Kind: policies.EventUnloaded, At: b.Now(), Worker: w, Model: model})
+		b.emit(backend.Event{Kind: backend.EventUnloaded, At: b.Now(), Worker: w, Model: model})
 	}()
 	return nil
 }

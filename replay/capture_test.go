@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/policies/backend"
 	"github.com/mosaic-sched/mosaic/replay/emulate"
 	"github.com/mosaic-sched/mosaic/traces"
 )
@@ -61,16 +61,16 @@ func TestCapturedPromptsShareExactlyTheMarkedPrefix(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			require.NoError(t, b.Load(0, "M"))
-			next := func() policies.Event {
+			next := func() backend.Event {
 				ev, err := b.Next(ctx)
 				require.NoError(t, err)
 				return ev
 			}
-			require.Equal(t, policies.EventLoaded, next().Kind)
+			require.Equal(t, backend.EventLoaded, next().Kind)
 			for _, c := range []*traces.Call{expert, agg} { // one after the other: the second may hit the cache
 				require.NoError(t, b.Submit(0, c))
 				ev := next()
-				require.Equal(t, policies.EventDone, ev.Kind, "%v", ev.Err)
+				require.Equal(t, backend.EventDone, ev.Kind, "%v", ev.Err)
 			}
 
 			require.Len(t, bodies, 2)

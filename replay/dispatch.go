@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/policies/backend"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -16,7 +16,7 @@ import (
 type job struct {
 	seq       uint64 // submission order on the worker
 	call      *traces.Call
-	ref       policies.CallRef
+	ref       backend.CallRef
 	srv       *server
 	submitted time.Duration
 	// cancelled says the Driver cancelled the call, and s is its open stream (both under the
@@ -90,8 +90,8 @@ func (d *dispatcher) cancel(id int) error {
 		delete(d.jobs, id)
 		d.mu.Unlock()
 		now := d.b.Now()
-		go d.b.emit(policies.Event{Kind: policies.EventCancelled, At: now, Worker: policies.WorkerID(d.worker), Model: j.call.Model,
-			Call: &j.ref, Timing: policies.CallTiming{Submitted: j.submitted, Started: now, FirstToken: now, End: now}})
+		go d.b.emit(backend.Event{Kind: backend.EventCancelled, At: now, Worker: backend.WorkerID(d.worker), Model: j.call.Model,
+			Call: &j.ref, Timing: backend.CallTiming{Submitted: j.submitted, Started: now, FirstToken: now, End: now}})
 		return nil
 	}
 	q := d.queues[j.srv]
@@ -104,8 +104,8 @@ func (d *dispatcher) cancel(id int) error {
 			delete(d.jobs, id)
 			d.mu.Unlock()
 			now := d.b.Now()
-			go d.b.emit(policies.Event{Kind: policies.EventCancelled, At: now, Worker: policies.WorkerID(d.worker), Model: j.call.Model,
-				Call: &j.ref, Timing: policies.CallTiming{Submitted: j.submitted, Started: now, FirstToken: now, End: now}})
+			go d.b.emit(backend.Event{Kind: backend.EventCancelled, At: now, Worker: backend.WorkerID(d.worker), Model: j.call.Model,
+				Call: &j.ref, Timing: backend.CallTiming{Submitted: j.submitted, Started: now, FirstToken: now, End: now}})
 			return nil
 		}
 	}
@@ -237,7 +237,7 @@ func (d *dispatcher) finish(j *job, att attempt) {
 	d.b.emit(ev)
 }
 
-func (d *dispatcher) complete(j *job, att attempt) policies.Event {
+func (d *dispatcher) complete(j *job, att attempt) backend.Event {
 	b, c, srv, w := d.b, j.call, j.srv, d.worker
 	backoff := b.cfg.RetryBackoff
 	err := att.err
@@ -247,7 +247,7 @@ func (d *dispatcher) complete(j *job, att attempt) policies.Event {
 			select {
 			case <-time.After(backoff):
 			case <-b.ctx.Done():
-				return policies.Event{Kind: policies.EventFailed, At: b.Now(), Worker: policies.WorkerID(w), Model: c.Model, Err: b.ctx.Err()}
+				return backend.Event{Kind: backend.EventFailed, At: b.Now(), Worker: backend.WorkerID(w), Model: c.Model, Err: b.ctx.Err()}
 			}
 			backoff *= 2
 			att = d.send(j)
@@ -265,8 +265,8 @@ func (d *dispatcher) complete(j *job, att attempt) policies.Event {
 			}
 			if err == nil {
 				started := att.t.started(comp.FirstToken)
-				return policies.Event{Kind: policies.EventDone, At: b.virtual(comp.End), Worker: policies.WorkerID(w), Model: c.Model,
-					Timing: policies.CallTiming{Started: b.virtual(started), FirstToken: b.virtual(comp.FirstToken), End: b.virtual(comp.End)}}
+				return backend.Event{Kind: backend.EventDone, At: b.virtual(comp.End), Worker: backend.WorkerID(w), Model: c.Model,
+					Timing: backend.CallTiming{Started: b.virtual(started), FirstToken: b.virtual(comp.FirstToken), End: b.virtual(comp.End)}}
 			}
 			if d.cancelled(j) {
 				// Closed by Cancel: the server aborted the request. The tokens are those
@@ -277,14 +277,14 @@ func (d *dispatcher) complete(j *job, att attempt) policies.Event {
 					first = end
 				}
 				started := att.t.started(first)
-				return policies.Event{Kind: policies.EventCancelled, At: b.virtual(end), Worker: policies.WorkerID(w), Model: c.Model,
-					Produced: comp.Streamed, Timing: policies.CallTiming{Started: b.virtual(started), FirstToken: b.virtual(first), End: b.virtual(end)}}
+				return backend.Event{Kind: backend.EventCancelled, At: b.virtual(end), Worker: backend.WorkerID(w), Model: c.Model,
+					Produced: comp.Streamed, Timing: backend.CallTiming{Started: b.virtual(started), FirstToken: b.virtual(first), End: b.virtual(end)}}
 			}
 		}
 		if d.cancelled(j) {
 			now := b.Now()
-			return policies.Event{Kind: policies.EventCancelled, At: now, Worker: policies.WorkerID(w), Model: c.Model,
-				Timing: policies.CallTiming{Started: now, FirstToken: now, End: now}}
+			return backend.Event{Kind: backend.EventCancelled, At: now, Worker: backend.WorkerID(w), Model: c.Model,
+				Timing: backend.CallTiming{Started: now, FirstToken: now, End: now}}
 		}
 		if !errors.Is(err, errRetryable) || try >= b.cfg.Retries || b.ctx.Err() != nil {
 			break
@@ -305,21 +305,21 @@ func (d *dispatcher) complete(j *job, att attempt) policies.Event {
 	if dead && b.ctx.Err() == nil {
 		b.markDead(fmt.Errorf("worker %d: the server of %s (%s) is gone: %v", w, c.Model, srv.url, err))
 	}
-	return policies.Event{Kind: policies.EventFailed, At: b.Now(), Worker: policies.WorkerID(w), Model: c.Model,
+	return backend.Event{Kind: backend.EventFailed, At: b.Now(), Worker: backend.WorkerID(w), Model: c.Model,
 		Err: fmt.Errorf("call %d (query %d, %s) on worker %d (%s): %w", c.ID, c.Query, c.Model, w, srv.url, err)}
 }
 
-// Cancel implements policies.Backend: a queued call is dropped; a sent one has its stream
+// Cancel implements backend.Backend: a queued call is dropped; a sent one has its stream
 // closed, so the server aborts the request and frees its KV cache.
-func (b *Backend) Cancel(w policies.WorkerID, call int) error {
+func (b *Backend) Cancel(w backend.WorkerID, call int) error {
 	if w < 0 || int(w) >= len(b.dispatchers) {
 		return fmt.Errorf("replay: no worker %d", w)
 	}
 	return b.dispatchers[w].cancel(call)
 }
 
-// Submit implements policies.Backend: the call joins its worker's dispatch queue.
-func (b *Backend) Submit(w policies.WorkerID, c *traces.Call) error {
+// Submit implements backend.Backend: the call joins its worker's dispatch queue.
+func (b *Backend) Submit(w backend.WorkerID, c *traces.Call) error {
 	if w < 0 || int(w) >= len(b.dispatchers) {
 		return fmt.Errorf("replay: no worker %d", w)
 	}
@@ -329,12 +329,12 @@ func (b *Backend) Submit(w policies.WorkerID, c *traces.Call) error {
 	if srv == nil {
 		return fmt.Errorf("replay: worker %d does not hold %s", w, c.Model)
 	}
-	ref := policies.CallRef{ID: c.ID, Query: c.Query, Role: c.Role, Layer: c.Layer, Model: c.Model, InputTokens: c.InputTokens}
+	ref := backend.CallRef{ID: c.ID, Query: c.Query, Role: c.Role, Layer: c.Layer, Model: c.Model, InputTokens: c.InputTokens}
 	submitted := b.Now()
 	b.begin()
 	if t, ok := b.cfg.Finished[c.ID]; ok {
 		// Done in the interrupted run: complete at once with what was measured then.
-		go b.emit(policies.Event{Kind: policies.EventDone, At: submitted, Worker: w, Model: c.Model, Call: &ref, Timing: t})
+		go b.emit(backend.Event{Kind: backend.EventDone, At: submitted, Worker: w, Model: c.Model, Call: &ref, Timing: t})
 		return nil
 	}
 	b.dispatchers[w].push(&job{call: c, ref: ref, srv: srv, submitted: submitted})

@@ -5,11 +5,11 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/policies/backend"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
-// Prefill-decode overlap on real servers (policies.Grower). An OpenAI-compatible server cannot
+// Prefill-decode overlap on real servers (backend.Grower). An OpenAI-compatible server cannot
 // hold a request whose prompt is still growing, so replay approximates it with the server's
 // automatic prefix cache: when an open call is submitted, and again each time an input's output
 // joins its prompt, a prefill-only request (max_tokens 1) of the prompt known so far is sent;
@@ -22,11 +22,11 @@ import (
 // prefix_caching = "workload"); without it the prefills are wasted work, and the first open
 // call draws a warning.
 
-var _ policies.Grower = (*Backend)(nil)
+var _ backend.Grower = (*Backend)(nil)
 
-// SubmitOpen implements policies.Grower: the call is held on its worker and its known prompt
+// SubmitOpen implements backend.Grower: the call is held on its worker and its known prompt
 // is prefilled.
-func (b *Backend) SubmitOpen(w policies.WorkerID, c *traces.Call) error {
+func (b *Backend) SubmitOpen(w backend.WorkerID, c *traces.Call) error {
 	if w < 0 || int(w) >= len(b.dispatchers) {
 		return fmt.Errorf("replay: no worker %d", w)
 	}
@@ -42,7 +42,7 @@ func (b *Backend) SubmitOpen(w policies.WorkerID, c *traces.Call) error {
 		}
 	})
 	cp := *c
-	ref := policies.CallRef{ID: c.ID, Query: c.Query, Role: c.Role, Layer: c.Layer, Model: c.Model, InputTokens: c.InputTokens}
+	ref := backend.CallRef{ID: c.ID, Query: c.Query, Role: c.Role, Layer: c.Layer, Model: c.Model, InputTokens: c.InputTokens}
 	b.begin()
 	d := b.dispatchers[w]
 	j := &job{call: &cp, ref: ref, srv: srv, submitted: b.Now(), held: true}
@@ -55,9 +55,9 @@ func (b *Backend) SubmitOpen(w policies.WorkerID, c *traces.Call) error {
 	return nil
 }
 
-// Grow implements policies.Grower: the tokens join the held call's prompt and are prefilled;
+// Grow implements backend.Grower: the tokens join the held call's prompt and are prefilled;
 // with close, the call joins its worker's queue.
-func (b *Backend) Grow(w policies.WorkerID, id int, tokens int, close bool) error {
+func (b *Backend) Grow(w backend.WorkerID, id int, tokens int, close bool) error {
 	if w < 0 || int(w) >= len(b.dispatchers) {
 		return fmt.Errorf("replay: no worker %d", w)
 	}
@@ -83,7 +83,7 @@ func (b *Backend) Grow(w policies.WorkerID, id int, tokens int, close bool) erro
 	}
 	j.ref.InputTokens = cp.InputTokens
 	if t, ok := b.cfg.Finished[id]; ok {
-		go b.emit(policies.Event{Kind: policies.EventDone, At: b.Now(), Worker: w, Model: cp.Model, Call: &j.ref, Timing: t})
+		go b.emit(backend.Event{Kind: backend.EventDone, At: b.Now(), Worker: w, Model: cp.Model, Call: &j.ref, Timing: t})
 		return nil
 	}
 	d.push(j)

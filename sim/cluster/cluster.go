@@ -19,7 +19,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/policies/backend"
 	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/traces"
 )
@@ -84,12 +84,12 @@ type item struct {
 	version uint64
 }
 
-// Cluster implements policies.Backend in virtual time.
+// Cluster implements backend.Backend in virtual time.
 type Cluster struct {
 	cfg     Config
 	q       sim.Queue[item]
 	workers []*worker
-	out     []policies.Event
+	out     []backend.Event
 }
 
 type worker struct {
@@ -100,13 +100,13 @@ type worker struct {
 
 type callInfo struct {
 	call    *traces.Call
-	timing  policies.CallTiming
+	timing  backend.CallTiming
 	started bool
 }
 
-func (ci *callInfo) ref() *policies.CallRef {
+func (ci *callInfo) ref() *backend.CallRef {
 	c := ci.call
-	return &policies.CallRef{ID: c.ID, Query: c.Query, Role: c.Role, Layer: c.Layer, Model: c.Model, InputTokens: c.InputTokens}
+	return &backend.CallRef{ID: c.ID, Query: c.Query, Role: c.Role, Layer: c.Layer, Model: c.Model, InputTokens: c.InputTokens}
 }
 
 type engine struct {
@@ -161,13 +161,13 @@ func New(cfg Config) (*Cluster, error) {
 	return c, nil
 }
 
-var _ policies.Backend = (*Cluster)(nil)
+var _ backend.Backend = (*Cluster)(nil)
 
-// Now implements policies.Backend.
+// Now implements backend.Backend.
 func (c *Cluster) Now() time.Duration { return c.q.Now() }
 
-// Load implements policies.Backend.
-func (c *Cluster) Load(w policies.WorkerID, model string) error {
+// Load implements backend.Backend.
+func (c *Cluster) Load(w backend.WorkerID, model string) error {
 	if w < 0 || int(w) >= len(c.workers) {
 		return fmt.Errorf("cluster: no worker %d", w)
 	}
@@ -179,8 +179,8 @@ func (c *Cluster) Load(w policies.WorkerID, model string) error {
 	return nil
 }
 
-// Unload implements policies.Backend.
-func (c *Cluster) Unload(w policies.WorkerID, model string) error {
+// Unload implements backend.Backend.
+func (c *Cluster) Unload(w backend.WorkerID, model string) error {
 	wk := c.workers[w]
 	e, ok := wk.engines[model]
 	if !ok {
@@ -200,27 +200,27 @@ func (c *Cluster) Unload(w policies.WorkerID, model string) error {
 	return nil
 }
 
-// WakeAt implements policies.Backend.
+// WakeAt implements backend.Backend.
 func (c *Cluster) WakeAt(t time.Duration) {
 	c.q.Schedule(max(t, c.Now()), item{kind: itemTimer})
 }
 
-// Submit implements policies.Backend.
-func (c *Cluster) Submit(w policies.WorkerID, call *traces.Call) error {
+// Submit implements backend.Backend.
+func (c *Cluster) Submit(w backend.WorkerID, call *traces.Call) error {
 	return c.submit(w, call, false)
 }
 
-// SubmitOpen implements policies.Grower: the call's engine sequence prefills the prompt known
+// SubmitOpen implements backend.Grower: the call's engine sequence prefills the prompt known
 // so far and waits for Grow.
-func (c *Cluster) SubmitOpen(w policies.WorkerID, call *traces.Call) error {
+func (c *Cluster) SubmitOpen(w backend.WorkerID, call *traces.Call) error {
 	return c.submit(w, call, true)
 }
 
-var _ policies.Grower = (*Cluster)(nil)
+var _ backend.Grower = (*Cluster)(nil)
 
-// Grow implements policies.Grower: the tokens join the call's prompt at the engine's next
+// Grow implements backend.Grower: the tokens join the call's prompt at the engine's next
 // iteration boundary.
-func (c *Cluster) Grow(w policies.WorkerID, id int, tokens int, close bool) error {
+func (c *Cluster) Grow(w backend.WorkerID, id int, tokens int, close bool) error {
 	if w < 0 || int(w) >= len(c.workers) {
 		return fmt.Errorf("cluster: no worker %d", w)
 	}
@@ -246,7 +246,7 @@ func (c *Cluster) Grow(w policies.WorkerID, id int, tokens int, close bool) erro
 	return fmt.Errorf("cluster: call %d is not in flight on worker %d", id, w)
 }
 
-func (c *Cluster) submit(w policies.WorkerID, call *traces.Call, open bool) error {
+func (c *Cluster) submit(w backend.WorkerID, call *traces.Call, open bool) error {
 	e, ok := c.workers[w].engines[call.Model]
 	if !ok {
 		return fmt.Errorf("cluster: worker %d does not hold %s", w, call.Model)
@@ -261,7 +261,7 @@ func (c *Cluster) submit(w policies.WorkerID, call *traces.Call, open bool) erro
 	if err := e.eng.Add(req); err != nil {
 		return fmt.Errorf("call %d (query %d, %s): %w", call.ID, call.Query, call.Model, err)
 	}
-	e.calls[req.ID] = &callInfo{call: call, timing: policies.CallTiming{Submitted: now}}
+	e.calls[req.ID] = &callInfo{call: call, timing: backend.CallTiming{Submitted: now}}
 	if e.state == stIdle && !e.kickDue {
 		// Start the engine after every call submitted at this instant has joined, as a real
 		// engine would batch them into one iteration. (Otherwise the request joins when the
@@ -272,11 +272,11 @@ func (c *Cluster) submit(w policies.WorkerID, call *traces.Call, open bool) erro
 	return nil
 }
 
-// Cancel implements policies.Backend: the call leaves its engine at the next iteration
+// Cancel implements backend.Backend: the call leaves its engine at the next iteration
 // boundary (at once when none is under way), its KV blocks are freed, and EventCancelled
 // reports the tokens it produced. A call that finishes in the iteration under way reports
 // EventDone instead.
-func (c *Cluster) Cancel(w policies.WorkerID, id int) error {
+func (c *Cluster) Cancel(w backend.WorkerID, id int) error {
 	if w < 0 || int(w) >= len(c.workers) {
 		return fmt.Errorf("cluster: no worker %d", w)
 	}
@@ -302,7 +302,7 @@ func (c *Cluster) Cancel(w policies.WorkerID, id int) error {
 		return nil
 	}
 	for _, ev := range c.out {
-		if ev.Kind == policies.EventDone && ev.Worker == w && ev.Call != nil && ev.Call.ID == id {
+		if ev.Kind == backend.EventDone && ev.Worker == w && ev.Call != nil && ev.Call.ID == id {
 			return nil // it finished at this instant; its EventDone is on its way
 		}
 	}
@@ -318,19 +318,19 @@ func (c *Cluster) abort(e *engine, id uint64, now time.Duration) {
 	delete(e.calls, id)
 	produced, _ := e.eng.Abort(id)
 	ci.timing.End = now
-	c.out = append(c.out, policies.Event{Kind: policies.EventCancelled, At: now, Worker: policies.WorkerID(e.w.id), Model: e.model,
+	c.out = append(c.out, backend.Event{Kind: backend.EventCancelled, At: now, Worker: backend.WorkerID(e.w.id), Model: e.model,
 		Call: ci.ref(), Timing: ci.timing, Produced: produced})
 }
 
-// Next implements policies.Backend.
-func (c *Cluster) Next(ctx context.Context) (policies.Event, error) {
+// Next implements backend.Backend.
+func (c *Cluster) Next(ctx context.Context) (backend.Event, error) {
 	for len(c.out) == 0 {
 		if err := ctx.Err(); err != nil {
-			return policies.Event{}, err
+			return backend.Event{}, err
 		}
 		it, ok := c.q.Pop()
 		if !ok {
-			return policies.Event{}, policies.ErrIdle
+			return backend.Event{}, backend.ErrIdle
 		}
 		c.process(it.At, it.Payload)
 	}
@@ -342,7 +342,7 @@ func (c *Cluster) Next(ctx context.Context) (policies.Event, error) {
 func (c *Cluster) process(now time.Duration, it item) {
 	switch it.kind {
 	case itemTimer:
-		c.out = append(c.out, policies.Event{Kind: policies.EventTimer, At: now})
+		c.out = append(c.out, backend.Event{Kind: backend.EventTimer, At: now})
 	case itemLoaded:
 		setup, err := c.cfg.setup(it.worker, it.model)
 		var eng *sim.Engine
@@ -351,14 +351,14 @@ func (c *Cluster) process(now time.Duration, it item) {
 		}
 		wk := c.workers[it.worker]
 		if err != nil {
-			c.out = append(c.out, policies.Event{Kind: policies.EventFailed, At: now, Worker: policies.WorkerID(it.worker), Model: it.model, Err: err})
+			c.out = append(c.out, backend.Event{Kind: backend.EventFailed, At: now, Worker: backend.WorkerID(it.worker), Model: it.model, Err: err})
 			return
 		}
 		wk.engines[it.model] = &engine{model: it.model, w: wk, eng: eng, calls: map[uint64]*callInfo{}}
 		wk.order = append(wk.order, it.model)
-		c.out = append(c.out, policies.Event{Kind: policies.EventLoaded, At: now, Worker: policies.WorkerID(it.worker), Model: it.model})
+		c.out = append(c.out, backend.Event{Kind: backend.EventLoaded, At: now, Worker: backend.WorkerID(it.worker), Model: it.model})
 	case itemUnloaded:
-		c.out = append(c.out, policies.Event{Kind: policies.EventUnloaded, At: now, Worker: policies.WorkerID(it.worker), Model: it.model})
+		c.out = append(c.out, backend.Event{Kind: backend.EventUnloaded, At: now, Worker: backend.WorkerID(it.worker), Model: it.model})
 	case itemKick:
 		e := it.eng
 		e.kickDue = false
@@ -404,7 +404,7 @@ func (c *Cluster) deliver(e *engine, now time.Duration) {
 		ci := e.calls[id]
 		delete(e.calls, id)
 		ci.timing.End = now
-		c.out = append(c.out, policies.Event{Kind: policies.EventDone, At: now, Worker: policies.WorkerID(e.w.id), Model: e.model, Call: ci.ref(), Timing: ci.timing})
+		c.out = append(c.out, backend.Event{Kind: backend.EventDone, At: now, Worker: backend.WorkerID(e.w.id), Model: e.model, Call: ci.ref(), Timing: ci.timing})
 	}
 	for _, id := range e.cancels {
 		c.abort(e, id, now)
