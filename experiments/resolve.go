@@ -9,12 +9,12 @@ import (
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
-// Defaults of the engine settings, as vLLM uses them.
+// Defaults of the engine settings: vLLM's (sim.DefaultEngine).
 const (
-	DefaultMaxNumSeqs       = 256
-	DefaultMaxBatchedTokens = 8192
-	DefaultUtilization      = 0.9
-	DefaultBlockSize        = 16
+	DefaultMaxNumSeqs       = sim.DefaultMaxNumSeqs
+	DefaultMaxBatchedTokens = sim.DefaultMaxBatchedTokens
+	DefaultUtilization      = sim.DefaultGPUMemoryUtilization
+	DefaultBlockSize        = sim.DefaultBlockSize
 )
 
 // ResolvedModel is a model bound to the catalog, its cost model and its engine.
@@ -456,16 +456,14 @@ func (r *Resolved) modelOnGroup(i int, rm *ResolvedModel, eng engineSettings, g 
 			return GroupModel{}, e.errorf("engine.max_batched_tokens", "must be at least max_num_seqs (%d) for %s, got %d", cfg.MaxNumSeqs, arch.ID, cfg.MaxBatchedTokens)
 		}
 	}
-	blocks, err := cm.KVBlocks(rm.Memory, cfg.MaxBatchedTokens, cfg.BlockSize)
+	cfg.PrefixCaching = eng.prefixCaching
+	cfg, err = cfg.WithKVCache(cm, rm.Memory)
 	if err != nil {
 		if !r.Mixed() {
 			return GroupModel{}, e.errorf(modelKey(i, "arch"), "%v", err)
 		}
 		return GroupModel{Unfit: err.Error()}, nil
 	}
-	cfg.NumBlocks = blocks
-	cfg.WatermarkBlocks = blocks / 100
-	cfg.PrefixCaching = eng.prefixCaching
 	return GroupModel{Cost: cm, Engine: cfg}, nil
 }
 
@@ -482,10 +480,7 @@ type engineSettings struct {
 // selected, overridden by the keys the experiment gives. A preset's token budget and sequence
 // cap may depend on the model and GPU (sim.EnginePreset.Budget); they are set per model.
 func (e *Experiment) engineDefaults(preset *sim.EnginePreset) (engineSettings, error) {
-	s := engineSettings{EngineConfig: sim.EngineConfig{
-		MaxNumSeqs: DefaultMaxNumSeqs, MaxBatchedTokens: DefaultMaxBatchedTokens,
-		ChunkedPrefill: true, BlockSize: DefaultBlockSize,
-	}, util: DefaultUtilization}
+	s := engineSettings{EngineConfig: sim.DefaultEngine(), util: DefaultUtilization}
 	if preset != nil {
 		s.ChunkedPrefill = preset.ChunkedPrefill
 		s.prefixCaching = preset.PrefixCaching

@@ -29,6 +29,46 @@ type EngineConfig struct {
 	PrefixCaching bool
 }
 
+// vLLM's engine defaults (vllm serve's max_num_seqs, max_num_batched_tokens with chunked
+// prefill, gpu_memory_utilization and block_size). The experiment file, the emulator and the
+// profiler start from them.
+const (
+	DefaultMaxNumSeqs           = 256
+	DefaultMaxBatchedTokens     = 8192
+	DefaultGPUMemoryUtilization = 0.9
+	DefaultBlockSize            = 16
+)
+
+// DefaultEngine returns vLLM's default scheduler settings, chunked prefill on, without a KV
+// cache: WithKVCache sizes it for a model and GPU.
+func DefaultEngine() EngineConfig {
+	return EngineConfig{MaxNumSeqs: DefaultMaxNumSeqs, MaxBatchedTokens: DefaultMaxBatchedTokens,
+		ChunkedPrefill: true, BlockSize: DefaultBlockSize}
+}
+
+// WithKVCache returns c with the KV cache a model's engine has on its GPUs at memory
+// utilisation util: the blocks that fit beside the weights and the token budget's activations
+// (CostModel.KVBlocks) and vLLM's watermark of 1% of them kept free for running sequences.
+// Every engine the tool builds is sized here; the result is validated.
+func (c EngineConfig) WithKVCache(cm *CostModel, util float64) (EngineConfig, error) {
+	if !(util > 0 && util <= 1) {
+		return EngineConfig{}, fmt.Errorf("gpu memory utilization must be in (0, 1], got %g", util)
+	}
+	if c.BlockSize <= 0 {
+		return EngineConfig{}, errors.New("block_size must be positive")
+	}
+	blocks, err := cm.KVBlocks(util, c.MaxBatchedTokens, c.BlockSize)
+	if err != nil {
+		return EngineConfig{}, err
+	}
+	c.NumBlocks = blocks
+	c.WatermarkBlocks = blocks / 100
+	if err := c.Validate(); err != nil {
+		return EngineConfig{}, err
+	}
+	return c, nil
+}
+
 // Validate reports an unusable configuration.
 func (c EngineConfig) Validate() error {
 	switch {

@@ -553,8 +553,8 @@ func calibrateCPU(stdout io.Writer, path string, cat *sim.Catalog, prof *sim.Pro
 				return err
 			}
 			kvMax := 0
-			if blocks, err := cm.KVBlocks(0.9, 8192, 16); err == nil {
-				kvMax = blocks * 16 / (context + 1)
+			if eng, err := sim.DefaultEngine().WithKVCache(cm, sim.DefaultGPUMemoryUtilization); err == nil {
+				kvMax = eng.NumBlocks * eng.BlockSize / (context + 1)
 			}
 			for _, b := range []int{1, 16, 64, 128, 192, 256} {
 				d := calibrate.DecodeBreakdown(cm, b, context)

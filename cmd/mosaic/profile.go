@@ -27,9 +27,9 @@ func runProfile(args []string, stdout io.Writer) error {
 	batches := fs.String("batches", "1,8,32,64", "batch sizes to sweep")
 	scale := fs.Float64("time-scale", 1, "the server's time scale (an emulator's --time-scale)")
 	warmup := fs.Int("warmup", 4, "warm-up requests before measuring")
-	maxSeqs := fs.Int("max-num-seqs", 256, "the server's max_num_seqs")
-	budget := fs.Int("max-batched-tokens", 8192, "the server's max_num_batched_tokens")
-	util := fs.Float64("gpu-memory-utilization", 0.9, "the server's gpu_memory_utilization")
+	maxSeqs := fs.Int("max-num-seqs", sim.DefaultMaxNumSeqs, "the server's max_num_seqs")
+	budget := fs.Int("max-batched-tokens", sim.DefaultMaxBatchedTokens, "the server's max_num_batched_tokens")
+	util := fs.Float64("gpu-memory-utilization", sim.DefaultGPUMemoryUtilization, "the server's gpu_memory_utilization")
 	chunked := fs.Bool("chunked-prefill", true, "whether the server uses chunked prefill")
 	apiKeyEnv := fs.String("api-key-env", "", "environment variable holding the server's API key")
 	fs.Usage = func() {
@@ -93,12 +93,8 @@ func runProfile(args []string, stdout io.Writer) error {
 		return err
 	}
 	engine := func(cm *sim.CostModel) (sim.EngineConfig, error) {
-		blocks, err := cm.KVBlocks(*util, *budget, 16)
-		if err != nil {
-			return sim.EngineConfig{}, err
-		}
-		return sim.EngineConfig{MaxNumSeqs: *maxSeqs, MaxBatchedTokens: *budget, ChunkedPrefill: *chunked, BlockSize: 16,
-			NumBlocks: blocks, WatermarkBlocks: blocks / 100}, nil
+		eng := sim.EngineConfig{MaxNumSeqs: *maxSeqs, MaxBatchedTokens: *budget, ChunkedPrefill: *chunked, BlockSize: sim.DefaultBlockSize}
+		return eng.WithKVCache(cm, *util)
 	}
 	var cases []calibrate.Case
 	for i, x := range ms {

@@ -14,10 +14,10 @@ import (
 
 // Engine defaults, as vLLM uses them.
 const (
-	DefaultMaxNumSeqs           = 256
-	DefaultMaxBatchedTokens     = 8192
-	DefaultGPUMemoryUtilization = 0.9
-	DefaultBlockSize            = 16
+	DefaultMaxNumSeqs           = sim.DefaultMaxNumSeqs
+	DefaultMaxBatchedTokens     = sim.DefaultMaxBatchedTokens
+	DefaultGPUMemoryUtilization = sim.DefaultGPUMemoryUtilization
+	DefaultBlockSize            = sim.DefaultBlockSize
 )
 
 // Config describes one emulated worker.
@@ -193,26 +193,17 @@ func ConfigFor(gpuName, modelName string, o Options) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("emulate: %w", err)
 	}
+	util := o.GPUMemoryUtilization
+	if util == 0 {
+		util = DefaultGPUMemoryUtilization
+	}
 	eng := sim.EngineConfig{
 		MaxNumSeqs:       orInt(o.MaxNumSeqs, DefaultMaxNumSeqs),
 		MaxBatchedTokens: orInt(o.MaxBatchedTokens, DefaultMaxBatchedTokens),
 		ChunkedPrefill:   !o.NoChunkedPrefill,
 		BlockSize:        orInt(o.BlockSize, DefaultBlockSize),
 	}
-	util := o.GPUMemoryUtilization
-	if util == 0 {
-		util = DefaultGPUMemoryUtilization
-	}
-	if !(util > 0 && util <= 1) {
-		return Config{}, fmt.Errorf("emulate: gpu memory utilization must be in (0, 1], got %g", util)
-	}
-	blocks, err := cm.KVBlocks(util, eng.MaxBatchedTokens, eng.BlockSize)
-	if err != nil {
-		return Config{}, fmt.Errorf("emulate: %w", err)
-	}
-	eng.NumBlocks = blocks
-	eng.WatermarkBlocks = blocks / 100
-	if err := eng.Validate(); err != nil {
+	if eng, err = eng.WithKVCache(cm, util); err != nil {
 		return Config{}, fmt.Errorf("emulate: engine: %w", err)
 	}
 	return Config{GPU: g, Model: m, ServedName: m.ID, Cost: cm, Engine: eng, TimeScale: 1, LoadTime: cm.LoadTime(), PrefixCaching: !o.NoPrefixCaching}, nil

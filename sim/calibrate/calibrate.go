@@ -230,19 +230,8 @@ func containsModel(list []*sim.Model, m *sim.Model) bool {
 // chunked prefill, a token budget of max(max_model_len, 2048), 256 sequences, 16-token blocks,
 // a 1% watermark, and the KV cache that fits at the given memory utilisation.
 func BenchmarkEngine(cm *sim.CostModel, utilisation float64) (sim.EngineConfig, error) {
-	budget := max(cm.Model.MaxModelLen, 2048)
-	blocks, err := cm.KVBlocks(utilisation, budget, 16)
-	if err != nil {
-		return sim.EngineConfig{}, err
-	}
-	return sim.EngineConfig{
-		MaxNumSeqs:       256,
-		MaxBatchedTokens: budget,
-		ChunkedPrefill:   false,
-		BlockSize:        16,
-		NumBlocks:        blocks,
-		WatermarkBlocks:  int(0.01 * float64(blocks)),
-	}, nil
+	eng := sim.EngineConfig{MaxNumSeqs: 256, MaxBatchedTokens: max(cm.Model.MaxModelLen, 2048), BlockSize: 16}
+	return eng.WithKVCache(cm, utilisation)
 }
 
 // Prediction is the simulated latency of one case.
