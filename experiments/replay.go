@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/sha256"
@@ -10,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -19,7 +21,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mosaic-sched/mosaic/internal/snakejson"
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/replay"
 	"github.com/mosaic-sched/mosaic/sim"
@@ -240,8 +241,16 @@ type resumeState struct {
 	info      replayInfo               // the run.json of the interrupted run
 }
 
+func newResumeState() *resumeState {
+	return &resumeState{summaries: map[string]traces.SummaryRow{}, done: map[string]map[int]policies.CallTiming{}, offset: map[string]time.Duration{}}
+}
+
+// readResume reads what an interrupted replay in dir measured, with the strict readers of the
+// results files (a malformed line is an error naming the file, line and column), and makes the
+// files ready to be appended to: calls.csv loses a line torn by the interruption, and the rows
+// of policies that run again are dropped.
 func readResume(dir string, r *Resolved) (*resumeState, error) {
-	st := &resumeState{summaries: map[string]traces.SummaryRow{}, done: map[string]map[int]policies.CallTiming{}, offset: map[string]time.Duration{}}
+	st := newResumeState()
 	data, err := os.ReadFile(filepath.Join(dir, "run.json"))
 	if err != nil {
 		return nil, fmt.Errorf("--resume: %w (nothing to resume in %s)", err, dir)
@@ -253,14 +262,20 @@ func readResume(dir string, r *Resolved) (*resumeState, error) {
 	if info.Mode != "replay" || info.Seed != uint64(r.Seed) || info.Experiment == nil || info.Experiment.Name != r.Name {
 		return nil, fmt.Errorf("--resume: %s holds a %s run of %q (seed %d), not a replay of %q (seed %d)", dir, info.Mode, nameOf(info.Experiment), info.Seed, r.Name, r.Seed)
 	}
-	if fp := r.fingerprint(); info.Fingerprint != fp {
+	fp, err := r.fingerprint()
+	if err != nil {
+		return nil, fmt.Errorf("--resume: %w", err)
+	}
+	if info.Fingerprint != fp {
 		return nil, fmt.Errorf("--resume: the experiment differs from the one %s was started with (the workload, models, cluster or policies changed): resume with the same file and overrides, or start a new folder", dir)
 	}
 	st.info = info
-	// A policy that ended with failed calls is not finished: it runs again, its done calls
-	// kept and its failed ones sent again.
+	// summary.csv is written whole (renamed into place) when a policy ends: absent, no policy
+	// ended. A policy that ended with failed calls is not finished: it runs again, its done
+	// calls kept and its failed ones sent again.
 	rerun := map[string]bool{}
-	if rows, err := traces.ReadSummaryCSV(filepath.Join(dir, "summary.csv")); err == nil {
+	summary := filepath.Join(dir, "summary.csv")
+	if rows, err := traces.ReadSummaryCSV(summary); err == nil {
 		for _, row := range rows {
 			if row.FailedCalls > 0 {
 				rerun[row.Policy] = true
@@ -269,107 +284,78 @@ func readResume(dir string, r *Resolved) (*resumeState, error) {
 			}
 			st.summaries[row.Policy] = row
 		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("--resume: %w", err)
 	}
-	// Their rows go from the files written when a policy ends (workers.csv, and queries.csv
-	// where there is one); calls.csv is handled below.
-	for _, name := range []string{"workers.csv", "queries.csv"} {
-		if len(rerun) == 0 {
-			break
-		}
-		if err := dropPolicyRows(filepath.Join(dir, name), rerun); err != nil {
-			return nil, fmt.Errorf("--resume: %w", err)
-		}
+	drop := func(policy string) bool { return rerun[policy] }
+	// Their rows go from the files written when a policy ends.
+	if _, err := rewriteRows(filepath.Join(dir, "workers.csv"), traces.ReadWorkersCSV, traces.WorkerHeader,
+		func(w traces.WorkerRow) bool { return drop(w.Policy) }); err != nil {
+		return nil, fmt.Errorf("--resume: %w", err)
 	}
+	if _, err := rewriteRows(filepath.Join(dir, "queries.csv"), traces.ReadQueriesCSV, traces.QueryHeader,
+		func(q traces.QueryRow) bool { return drop(q.Policy) }); err != nil {
+		return nil, fmt.Errorf("--resume: %w", err)
+	}
+	// calls.csv is appended a line per call: the interruption may have torn its last line.
 	path := filepath.Join(dir, "calls.csv")
-	data, err = os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return st, nil
+	if torn, err := trimTornLine(path); err != nil {
+		return nil, fmt.Errorf("--resume: %w", err)
+	} else if torn {
+		slog.Warn("--resume: dropped the torn last line of calls.csv (the interrupted run died while writing it)", "file", path)
 	}
+	// A rerun policy's calls that did not finish are sent again: their new rows replace these.
+	rows, err := rewriteRows(path, traces.ReadCallsCSV, traces.CallHeader,
+		func(c traces.CallRow) bool { return drop(c.Policy) && c.Status != "done" })
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--resume: %w", err)
 	}
-	cr := csv.NewReader(strings.NewReader(string(data)))
-	cr.FieldsPerRecord = -1
-	recs, err := cr.ReadAll()
-	if err != nil {
-		return nil, fmt.Errorf("--resume: %s: %w", path, err)
-	}
-	var keep [][]string
-	col := map[string]int{}
-	if len(recs) > 0 {
-		for i, h := range recs[0] {
-			col[h] = i
-		}
-		keep = append(keep, recs[0])
-	}
-	sec := func(s string) time.Duration { f, _ := strconv.ParseFloat(s, 64); return time.Duration(f * 1e9) }
-	for i, rec := range recs[min(1, len(recs)):] {
-		if len(rec) != len(traces.CallHeader) {
-			slog.Warn("--resume: dropping a torn line of calls.csv (the interrupted run died while writing it)", "line", i+2)
+	for _, c := range rows {
+		if c.Status != "done" {
 			continue
 		}
-		pol := rec[col["policy"]]
-		if rerun[pol] && rec[col["status"]] != "done" {
-			continue // sent again: its new row replaces this one
+		if st.done[c.Policy] == nil {
+			st.done[c.Policy] = map[int]policies.CallTiming{}
 		}
-		keep = append(keep, rec)
-		id, err := strconv.Atoi(rec[col["call"]])
-		if err != nil || rec[col["status"]] != "done" {
-			continue
-		}
-		if st.done[pol] == nil {
-			st.done[pol] = map[int]policies.CallTiming{}
-		}
-		pre, _ := strconv.Atoi(rec[col["preemptions"]])
-		t := policies.CallTiming{Started: sec(rec[col["start_s"]]), FirstToken: sec(rec[col["first_token_s"]]), End: sec(rec[col["end_s"]]), Preemptions: pre}
-		st.done[pol][id] = t
-		st.offset[pol] = max(st.offset[pol], t.End)
+		t := policies.CallTiming{Started: fromSeconds(c.StartS), FirstToken: fromSeconds(c.FirstTokenS), End: fromSeconds(c.EndS), Preemptions: c.Preemptions}
+		st.done[c.Policy][c.Call] = t
+		st.offset[c.Policy] = max(st.offset[c.Policy], t.End)
 	}
-	// Rewrite the file without torn lines, so that appending continues a well-formed file.
-	var b strings.Builder
-	w := csv.NewWriter(&b)
-	if err := w.WriteAll(keep); err != nil {
-		return nil, err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
-		return nil, err
-	}
-	return st, os.Rename(tmp, path)
+	return st, nil
 }
 
-// dropPolicyRows rewrites a results CSV whose first column is the policy without the rows of
-// the given policies; a missing file is left missing.
-func dropPolicyRows(path string, policies map[string]bool) error {
+// fromSeconds converts a results file's seconds to a Duration, rounded to the nanosecond.
+func fromSeconds(s float64) time.Duration { return time.Duration(math.Round(s * 1e9)) }
+
+// rewriteRows reads a results CSV with its strict reader and, when drop removes any row,
+// rewrites it without them (through a file renamed into place). It returns the rows kept; a
+// missing file is left missing and has none.
+func rewriteRows[R traces.Recorder](path string, read func(string) ([]R, error), header []string, drop func(R) bool) ([]R, error) {
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	rows, err := read(path)
+	if err != nil {
+		return nil, err
+	}
+	kept := slices.DeleteFunc(slices.Clone(rows), drop)
+	if len(kept) == len(rows) {
+		return rows, nil
+	}
+	return kept, writeCSVFile(path, header, kept)
+}
+
+// trimTornLine cuts a file appended line by line back to its last complete line (ending in a
+// newline), as a process killed in the middle of a write leaves it; it reports whether it cut.
+func trimTornLine(path string) (bool, error) {
 	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	if errors.Is(err, os.ErrNotExist) || len(data) == 0 || data[len(data)-1] == '\n' {
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
-	cr := csv.NewReader(strings.NewReader(string(data)))
-	cr.FieldsPerRecord = -1
-	recs, err := cr.ReadAll()
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	var keep [][]string
-	for i, rec := range recs {
-		if i == 0 || len(rec) == 0 || !policies[rec[0]] {
-			keep = append(keep, rec)
-		}
-	}
-	var b strings.Builder
-	w := csv.NewWriter(&b)
-	if err := w.WriteAll(keep); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return true, os.Truncate(path, int64(bytes.LastIndexByte(data, '\n')+1))
 }
 
 // replayInfo is a replay's run.json: RunInfo and the servers it measured.
@@ -414,7 +400,12 @@ func openAppender(path string, header []string) (*appender, error) {
 		return nil, err
 	}
 	a := &appender{f: f, w: csv.NewWriter(f)}
-	if st, err := f.Stat(); err == nil && st.Size() == 0 {
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.Size() == 0 {
 		if err := a.write(header); err != nil {
 			f.Close()
 			return nil, err
@@ -456,7 +447,7 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 	if err := os.MkdirAll(opt.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	state := &resumeState{summaries: map[string]traces.SummaryRow{}, done: map[string]map[int]policies.CallTiming{}, offset: map[string]time.Duration{}}
+	state := newResumeState()
 	if opt.Resume {
 		if state, err = readResume(opt.Dir, r); err != nil {
 			return nil, err
@@ -465,12 +456,9 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 		return nil, fmt.Errorf("%s already holds results: use --resume to continue them, or another folder", opt.Dir)
 	}
 	cfg.LogDir = filepath.Join(opt.Dir, "logs")
-	info := opt.Info
-	info.Mode, info.Experiment, info.File, info.Seed, info.Profile = "replay", r.Experiment, r.File(), uint64(r.Seed), r.Profile.Source
-	info.Fingerprint = r.fingerprint()
-	info.Resolved = r.resolvedInfo()
-	for _, p := range m.Policies {
-		info.Policies = append(info.Policies, p.Label)
+	info := r.runInfo("replay", opt.Info)
+	if info.Fingerprint, err = r.fingerprint(); err != nil {
+		return nil, err
 	}
 	rinfo := replayInfo{RunInfo: info}
 	if opt.Resume {
@@ -524,34 +512,45 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 			slog.Warn("resuming an interrupted policy: its makespan spans two runs (the calls in flight at the interruption are served again)",
 				"policy", p.Label, "calls_done_before", len(finished), "clock_resumes_at_s", pcfg.TimeOffset.Seconds())
 		}
+		// A call's row is written as it completes; a row that cannot be written stops the
+		// policy, since going on would measure what the results would not hold.
+		pctx, stop := context.WithCancel(ctx)
+		var writeErr error
 		record := func(c policies.CallRecord) {
-			if _, old := finished[c.Call.ID]; old {
-				return // recorded by the interrupted run
+			if _, old := finished[c.Call.ID]; old || writeErr != nil {
+				return // recorded by the interrupted run, or the file failed
 			}
 			if c.Status == "failed" {
 				slog.Error("call failed", "policy", p.Label, "err", c.Err)
 			}
 			row := CallRow(p.Label, c)
 			if err := calls.write(row.Record()); err != nil {
-				slog.Error("writing calls.csv", "err", err)
+				writeErr = fmt.Errorf("%s: writing calls.csv: %w", p.Label, err)
+				stop()
 			}
 		}
 		be, err := replay.New(pcfg)
 		if err != nil {
+			stop()
 			return nil, err
 		}
 		pol := p.New()
 		d, err := policies.NewDriver(be, pol, p.Rule, m.Workload, infos, r.NumWorkers())
 		if err != nil {
 			be.Close()
+			stop()
 			return nil, err
 		}
 		d.CallDone = record
 		d.SetEarlyExit(p.Exit)
 		d.SetOverlap(p.Overlap)
 		slog.Info("replaying", "policy", p.Label, "cluster", r.ClusterString(), "resumed_calls", len(finished))
-		res, err := d.Run(ctx)
+		res, err := d.Run(pctx)
 		be.Close()
+		stop()
+		if writeErr != nil {
+			return nil, fmt.Errorf("%w (the results so far are in %s)", writeErr, opt.Dir)
+		}
 		// run.json names the servers measured (their versions), as soon as they are known.
 		if more := be.Servers(); len(more) > 0 {
 			rinfo.Servers = addServers(rinfo.Servers, more)
@@ -563,8 +562,7 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 			return nil, fmt.Errorf("%s: %w (the results so far are in %s; rerun with --resume to continue)", p.Label, err, opt.Dir)
 		}
 		res.Policy = p.Label
-		for _, iv := range res.WorkerIntervals() {
-			wr := traces.WorkerRow{Policy: p.Label, Worker: int(iv.Worker), Kind: iv.Kind, Model: iv.Model, StartS: iv.Start.Seconds(), EndS: iv.End.Seconds(), MeanBatch: iv.MeanBatch}
+		for _, wr := range WorkerRows([]*policies.Result{res}) {
 			if err := workers.write(wr.Record()); err != nil {
 				return nil, err
 			}
@@ -576,13 +574,11 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 		}
 		run.Results = append(run.Results, res)
 		run.Policies = append(run.Policies, pol)
-		rows = append(rows, Summarize(r.Name, "replay", uint64(r.Seed), m.SLO, []*policies.Result{res})...)
-		rebase(rows)
+		rows = append(rows, summaryRow(r.Name, "replay", uint64(r.Seed), m.SLO, res))
 		if err := writeSummary(opt.Dir, rows); err != nil {
 			return nil, err
 		}
 	}
-	rebase(rows)
 	run.Summaries = rows
 	host := opt.Host
 	host.WallS = time.Since(start).Seconds()
@@ -592,60 +588,25 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 	return run, writeSummary(opt.Dir, rows)
 }
 
-// rebase recomputes the speedups of rows over the first.
-func rebase(rows []traces.SummaryRow) {
-	if len(rows) == 0 {
-		return
-	}
-	b := rows[0]
-	div := func(a, b float64) float64 {
-		if b <= 0 {
-			return nan()
-		}
-		return a / b
-	}
-	for i := range rows {
-		rows[i].SpeedupExpert = div(b.ExpertStageS, rows[i].ExpertStageS)
-		rows[i].SpeedupAggregator = div(b.AggregatorStageS, rows[i].AggregatorStageS)
-		rows[i].SpeedupE2E = div(b.E2ES, rows[i].E2ES)
-	}
-}
-
+// writeSummary sets the rows' speedups over the first and writes summary.csv.
 func writeSummary(dir string, rows []traces.SummaryRow) error {
-	tmp := filepath.Join(dir, ".summary.csv.tmp")
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if err := traces.WriteCSV(f, traces.SummaryHeader, rows); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, "summary.csv"))
-}
-
-// writeJSON writes v to path with snake_case keys, as run.json and host.json are written.
-func writeJSON(path string, v any) error {
-	data, err := snakejson.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(data, '\n'), 0o644)
+	setSpeedups(rows)
+	return writeCSVFile(filepath.Join(dir, "summary.csv"), traces.SummaryHeader, rows)
 }
 
 // fingerprint identifies the experiment as resolved (file, overrides and seed included, the
 // [replay] table excluded: the servers may change between an interrupted run and its
 // resumption), so that --resume refuses to mix results of different experiments.
-func (r *Resolved) fingerprint() string {
+func (r *Resolved) fingerprint() (string, error) {
 	e := *r.Experiment
 	e.Replay = Replay{}
-	data, _ := json.Marshal(struct {
+	data, err := json.Marshal(struct {
 		E *Experiment
 		W *traces.Workload
 	}{&e, r.Graph.Workload})
+	if err != nil {
+		return "", fmt.Errorf("fingerprinting the experiment: %w", err)
+	}
 	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:8])
+	return hex.EncodeToString(sum[:8]), nil
 }

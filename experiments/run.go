@@ -143,41 +143,56 @@ func (r *Resolved) simulatePolicy(ctx context.Context, p ResolvedPolicy, progres
 // Summarize turns results into summary rows with speedups over the first result; slo sets
 // the attainment and goodput columns (NaN when it bounds nothing).
 func Summarize(experiment, mode string, seed uint64, slo policies.SLO, results []*policies.Result) []traces.SummaryRow {
-	var rows []traces.SummaryRow
-	var base policies.Summary
-	for i, res := range results {
-		s := res.Summary()
-		if i == 0 {
-			base = s
-		}
-		row := traces.SummaryRow{
-			Experiment: experiment, Mode: mode, Policy: res.Policy, Seed: seed, Rule: res.Rule, Threshold: res.Threshold,
-			Queries: s.Queries, ExpertCalls: s.ExpertCalls, AggregatorCalls: s.AggregatorCalls,
-			AggregatorSkipped: s.AggregatorSkipped, ExpertStageS: s.ExpertStage.Seconds(),
-			AggregatorStageS: s.AggregatorStage.Seconds(), E2ES: s.E2E.Seconds(),
-			SpeedupExpert:     speedup(base.ExpertStage, s.ExpertStage),
-			SpeedupAggregator: speedup(base.AggregatorStage, s.AggregatorStage),
-			SpeedupE2E:        speedup(base.E2E, s.E2E),
-			Accuracy:          s.Accuracy, AccuracyDeltaPP: s.AccuracyDeltaPP, GPUBusyFrac: s.GPUBusyFrac,
-			ModelLoads: s.ModelLoads, FailedCalls: s.FailedCalls, SkippedCalls: s.SkippedCalls, CancelledCalls: s.CancelledCalls,
-			MeanE2ELS: s.Latency.Mean, MedianE2ELS: s.Latency.P50, P90E2ELS: s.Latency.P90, P99E2ELS: s.Latency.P99,
-			MeanTTFTS: s.TTFT.Mean, MedianTTFTS: s.TTFT.P50, P90TTFTS: s.TTFT.P90, P99TTFTS: s.TTFT.P99,
-			MeanQueueS: s.Queue.Mean, P99QueueS: s.Queue.P99, RequestThroughput: s.Throughput,
-			SLOAttainment: math.NaN(), RequestGoodput: math.NaN(),
-		}
-		if slo.Set() {
-			row.SLOAttainment, row.RequestGoodput = res.Attainment(slo)
-		}
-		rows = append(rows, row)
+	rows := make([]traces.SummaryRow, 0, len(results))
+	for _, res := range results {
+		rows = append(rows, summaryRow(experiment, mode, seed, slo, res))
 	}
+	setSpeedups(rows)
 	return rows
 }
 
-func speedup(base, d time.Duration) float64 {
+// summaryRow is the summary.csv row of one result, its speedups left for setSpeedups.
+func summaryRow(experiment, mode string, seed uint64, slo policies.SLO, res *policies.Result) traces.SummaryRow {
+	s := res.Summary()
+	row := traces.SummaryRow{
+		Experiment: experiment, Mode: mode, Policy: res.Policy, Seed: seed, Rule: res.Rule, Threshold: res.Threshold,
+		Queries: s.Queries, ExpertCalls: s.ExpertCalls, AggregatorCalls: s.AggregatorCalls,
+		AggregatorSkipped: s.AggregatorSkipped, ExpertStageS: s.ExpertStage.Seconds(),
+		AggregatorStageS: s.AggregatorStage.Seconds(), E2ES: s.E2E.Seconds(),
+		Accuracy: s.Accuracy, AccuracyDeltaPP: s.AccuracyDeltaPP, GPUBusyFrac: s.GPUBusyFrac,
+		ModelLoads: s.ModelLoads, FailedCalls: s.FailedCalls, SkippedCalls: s.SkippedCalls, CancelledCalls: s.CancelledCalls,
+		MeanE2ELS: s.Latency.Mean, MedianE2ELS: s.Latency.P50, P90E2ELS: s.Latency.P90, P99E2ELS: s.Latency.P99,
+		MeanTTFTS: s.TTFT.Mean, MedianTTFTS: s.TTFT.P50, P90TTFTS: s.TTFT.P90, P99TTFTS: s.TTFT.P99,
+		MeanQueueS: s.Queue.Mean, P99QueueS: s.Queue.P99, RequestThroughput: s.Throughput,
+		SLOAttainment: math.NaN(), RequestGoodput: math.NaN(),
+	}
+	if slo.Set() {
+		row.SLOAttainment, row.RequestGoodput = res.Attainment(slo)
+	}
+	return row
+}
+
+// setSpeedups sets every row's speedups over the first row: the baseline's stage and
+// end-to-end times over the row's (NaN where the row's time is not positive). It is the one
+// place speedups are computed, for a simulated run, a replay and a resumed replay alike.
+func setSpeedups(rows []traces.SummaryRow) {
+	if len(rows) == 0 {
+		return
+	}
+	base := rows[0]
+	for i := range rows {
+		rows[i].SpeedupExpert = speedup(base.ExpertStageS, rows[i].ExpertStageS)
+		rows[i].SpeedupAggregator = speedup(base.AggregatorStageS, rows[i].AggregatorStageS)
+		rows[i].SpeedupE2E = speedup(base.E2ES, rows[i].E2ES)
+	}
+}
+
+// speedup is base/d, NaN when d is not positive.
+func speedup(base, d float64) float64 {
 	if d <= 0 {
 		return math.NaN()
 	}
-	return base.Seconds() / d.Seconds()
+	return base / d
 }
 
 // CallRows returns the rows of calls.csv for every result, in policy then call order.
@@ -357,55 +372,69 @@ func (run *Run) WriteDir(dir string, info RunInfo, host HostInfo) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	write := func(name string, f func(io.Writer) error) error {
-		path := filepath.Join(dir, name)
-		fh, err := os.Create(path)
-		if err != nil {
-			return err
-		}
-		if err := f(fh); err != nil {
-			fh.Close()
-			return fmt.Errorf("writing %s: %w", path, err)
-		}
-		return fh.Close()
+	info = run.Experiment.runInfo(run.Mode, info)
+	g := run.Experiment.Graph
+	path := func(name string) string { return filepath.Join(dir, name) }
+	if err := writeCSVFile(path("summary.csv"), traces.SummaryHeader, run.Summaries); err != nil {
+		return err
 	}
-	jsonOut := func(v any) func(io.Writer) error {
-		return func(w io.Writer) error {
-			data, err := snakejson.MarshalIndent(v, "", "  ")
-			if err != nil {
-				return err
-			}
-			_, err = w.Write(append(data, '\n'))
-			return err
+	if err := writeCSVFile(path("calls.csv"), traces.CallHeader, CallRows(run.Results)); err != nil {
+		return err
+	}
+	if err := writeCSVFile(path("queries.csv"), traces.QueryHeader, QueryRows(g.Workload, g.SLO, run.Results)); err != nil {
+		return err
+	}
+	if err := writeCSVFile(path("workers.csv"), traces.WorkerHeader, WorkerRows(run.Results)); err != nil {
+		return err
+	}
+	if err := writeJSON(filepath.Join(dir, "run.json"), info); err != nil {
+		return err
+	}
+	return writeJSON(filepath.Join(dir, "host.json"), host)
+}
+
+// runInfo completes info (the tool's version and commit) with what the run is: its mode, the
+// experiment as given and as resolved, its file, seed, profile and policies. Simulated runs
+// and replays describe themselves through it alike.
+func (r *Resolved) runInfo(mode string, info RunInfo) RunInfo {
+	info.Mode, info.Experiment, info.File, info.Seed = mode, r.Experiment, r.File(), uint64(r.Seed)
+	info.Profile = r.Profile.Source
+	info.Resolved = r.resolvedInfo()
+	info.Policies = nil
+	if r.Graph != nil {
+		for _, p := range r.Graph.Policies {
+			info.Policies = append(info.Policies, p.Label)
 		}
 	}
-	for _, p := range run.Experiment.Graph.Policies {
-		info.Policies = append(info.Policies, p.Label)
+	return info
+}
+
+// writeCSVFile writes a results CSV (header and rows) through a temporary file renamed into
+// place, so that a reader, or a run resumed after a crash, never sees half a file.
+func writeCSVFile[R traces.Recorder](path string, header []string, rows []R) error {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
 	}
-	info.Mode = run.Mode
-	info.Experiment = run.Experiment.Experiment
-	info.File = run.Experiment.File()
-	info.Seed = uint64(run.Experiment.Seed)
-	info.Profile = run.Experiment.Profile.Source
-	info.Resolved = run.Experiment.resolvedInfo()
-	steps := []struct {
-		name string
-		f    func(io.Writer) error
-	}{
-		{"summary.csv", func(w io.Writer) error { return traces.WriteCSV(w, traces.SummaryHeader, run.Summaries) }},
-		{"calls.csv", func(w io.Writer) error { return traces.WriteCSV(w, traces.CallHeader, CallRows(run.Results)) }},
-		{"queries.csv", func(w io.Writer) error {
-			g := run.Experiment.Graph
-			return traces.WriteCSV(w, traces.QueryHeader, QueryRows(g.Workload, g.SLO, run.Results))
-		}},
-		{"workers.csv", func(w io.Writer) error { return traces.WriteCSV(w, traces.WorkerHeader, WorkerRows(run.Results)) }},
-		{"run.json", jsonOut(info)},
-		{"host.json", jsonOut(host)},
+	if err := traces.WriteCSV(f, header, rows); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
-	for _, s := range steps {
-		if err := write(s.name, s.f); err != nil {
-			return err
-		}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// writeJSON writes v to path with snake_case keys, as run.json and host.json are written.
+func writeJSON(path string, v any) error {
+	data, err := snakejson.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
 }

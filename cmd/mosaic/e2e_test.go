@@ -191,6 +191,20 @@ func TestReplayResumeAfterCrash(t *testing.T) {
 		assert.Equal(t, 1, n, "policy %s call %s", k[0], k[1])
 	}
 	assert.Equal(t, before, after[:len(before)])
+
+	// A line that is not torn but malformed is an error naming the file, line and column,
+	// never a silently dropped measurement.
+	path := filepath.Join(dir, "calls.csv")
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	lines := strings.Split(string(data), "\n")
+	fields := strings.Split(lines[2], ",")
+	fields[12] = "soon" // end_s
+	lines[2] = strings.Join(fields, ",")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644))
+	code, _, errOut = runCLI("replay", e2eExperiment, "-o", dir, "--resume")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "calls.csv:3: column end_s")
 }
 
 // callRows returns the rows of calls.csv with status done.
