@@ -14,6 +14,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mosaic-sched/mosaic/policies/mosaic"
+	"github.com/mosaic-sched/mosaic/policies/online"
+	"github.com/mosaic-sched/mosaic/policies/solver"
 	"github.com/mosaic-sched/mosaic/replay"
 	"github.com/mosaic-sched/mosaic/traces"
 )
@@ -51,6 +54,13 @@ var codeDefaults = map[string]string{
 	"replay.command":                     "`" + replay.DefaultCommand + "`",
 	"replay.retries":                     strconv.Itoa(DefaultRetries),
 	"replay.time_scale":                  "1",
+	"policy.mosaic.solver_time_limit":    solver.DefaultTimeLimit.String(),
+	"policy.mosaic.order":                mosaic.OrderLongestFirst,
+	"policy.mosaic.prefetch":             "true",
+	"policy.pipeline.solver_time_limit":  solver.DefaultTimeLimit.String(),
+	"policy.online.solver_time_limit":    solver.DefaultTimeLimit.String(),
+	"policy.online.replan":               online.DefaultReplan.String(),
+	"policy.online.max_in_flight":        "the engine's max_num_seqs",
 }
 
 // ConfigReference writes the experiment-file reference (docs/config.md): every key of every

@@ -10,6 +10,7 @@ package experiments
 
 import (
 	_ "embed"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -426,18 +427,13 @@ type PolicySpec struct {
 	Threshold *float64 `toml:"threshold"`
 	// Label names the policy in results when the same policy is listed twice.
 	Label string `toml:"label"`
-	// SolverTimeLimit bounds each ILP solve of the mosaic policy ("10s").
-	SolverTimeLimit time.Duration `toml:"solver_time_limit"`
-	// Order is the mosaic policy's order of calls within a worker: "longest-first" or "plain".
-	Order string `toml:"order"`
-	// Prefetch lets the mosaic policy load the aggregator on workers done with their experts.
-	Prefetch *bool `toml:"prefetch"`
-	// Replan is how often the online policy checks whether the mix of calls drifted from its
-	// placement ("60s"; "-1s" never).
-	Replan *time.Duration `toml:"replan"`
-	// MaxInFlight caps the online policy's calls in flight per worker (default: the engine's
-	// max_num_seqs).
-	MaxInFlight int `toml:"max_in_flight"`
+	// Mosaic, Pipeline and Online are the options of the policy of that name, each in the
+	// policy's own table: `mosaic.order = "plain"` in the [[policy]] table, or a
+	// [policy.mosaic] table after it. A table for another policy than the one named is an
+	// error.
+	Mosaic   *MosaicOptions   `toml:"mosaic" json:",omitempty"`
+	Pipeline *PipelineOptions `toml:"pipeline" json:",omitempty"`
+	Online   *OnlineOptions   `toml:"online" json:",omitempty"`
 	// EarlyExit turns on Faster-MoA's runtime early exit for this policy's run (any policy):
 	// once MinFinished of a gated call's inputs have answered and their top answer has the
 	// Agreement share, the rest are cancelled (see policies.EarlyExit).
@@ -452,6 +448,37 @@ type PolicySpec struct {
 	// (policies.DynamicThreshold): skip at high; at low while the aggregating model has at
 	// least backlog calls released and unfinished, for at most budget of the gated calls.
 	DynamicThreshold *DynamicThresholdSpec `toml:"dynamic_threshold"`
+}
+
+// MosaicOptions are the mosaic policy's options, in its own table of its [[policy]]: dotted keys
+// (mosaic.solver_time_limit = "10s") or a [policy.mosaic] table after the [[policy]] header.
+type MosaicOptions struct {
+	// SolverTimeLimit bounds each ILP solve ("10s"; sub-second limits such as "500ms" are
+	// kept by falling back to the heuristic's plan when the ILP has not finished).
+	SolverTimeLimit time.Duration `toml:"solver_time_limit"`
+	// Order is the order of calls within a worker: "longest-first" or "plain".
+	Order string `toml:"order"`
+	// Prefetch lets workers done with their experts load the aggregator ahead of its stage.
+	Prefetch *bool `toml:"prefetch"`
+}
+
+// PipelineOptions are the pipeline policy's options, in its own table of its [[policy]]: dotted keys
+// (pipeline.solver_time_limit = "10s") or a [policy.pipeline] table after the [[policy]] header.
+type PipelineOptions struct {
+	// SolverTimeLimit bounds each ILP solve (as for mosaic).
+	SolverTimeLimit time.Duration `toml:"solver_time_limit"`
+}
+
+// OnlineOptions are the online policy's options, in its own table of its [[policy]]: dotted keys
+// (online.solver_time_limit = "10s") or a [policy.online] table after the [[policy]] header.
+type OnlineOptions struct {
+	// SolverTimeLimit bounds each ILP solve of the placement (as for mosaic).
+	SolverTimeLimit time.Duration `toml:"solver_time_limit"`
+	// Replan is how often the policy checks whether the mix of calls drifted from its
+	// placement ("60s"; "-1s" never).
+	Replan *time.Duration `toml:"replan"`
+	// MaxInFlight caps the calls in flight per worker (default: the engine's max_num_seqs).
+	MaxInFlight int `toml:"max_in_flight"`
 }
 
 // DynamicThresholdSpec is the dynamic_threshold table of a policy.
@@ -524,11 +551,38 @@ func Parse(name string, data []byte) (*Experiment, error) {
 	var e Experiment
 	f, err := tomlx.Decode(name, data, &e)
 	if err != nil {
-		return nil, err
+		return nil, policyOptionHint(err)
 	}
 	e.file = f
 	e.dir = filepath.Dir(name)
 	return &e, nil
+}
+
+// policyOptionHint explains an unknown key of a [[policy]] table that is a policy's own
+// option written outside the policy's options table (order = "plain" for mosaic.order).
+func policyOptionHint(err error) error {
+	var te *tomlx.Error
+	if !errors.As(err, &te) || !strings.HasPrefix(te.Msg, "unknown key") {
+		return err
+	}
+	head, opt, ok := strings.Cut(te.Key, "].")
+	if !ok || !strings.HasPrefix(head, "policy[") || strings.Contains(opt, ".") {
+		return err
+	}
+	var where []string
+	for _, k := range policyKinds() {
+		for _, o := range k.options() {
+			if strings.HasSuffix(o, "."+opt) {
+				where = append(where, o)
+			}
+		}
+	}
+	if len(where) == 0 {
+		return err
+	}
+	hint := *te
+	hint.Msg = fmt.Sprintf("%s: a policy's own options go in its options table: write %s (`mosaic catalog policies` lists them)", te.Msg, strings.Join(where, " or "))
+	return &hint
 }
 
 // errorf returns an error located at key: its line in the file, or the command-line override

@@ -130,7 +130,9 @@ func TestGraphKindErrors(t *testing.T) {
 		{"gamma without cv", `layers = 2`, "layers = 2\narrival_rate = 1\narrival_process = \"gamma\"", `workload.arrival_cv: gamma arrivals need the gaps' coefficient of variation`},
 		{"unknown process", `layers = 2`, "layers = 2\narrival_rate = 1\narrival_process = \"bursty\"", `exp.toml:19: workload.arrival_process: unknown arrival process "bursty"`},
 		{"bare-number SLO", "[[policy]]", "[slo]\ne2e = 30\n[[policy]]", `exp.toml:21: slo.e2e: 30ns is too short; write a duration with its unit`},
-		{"online option on round-robin", `name = "round-robin"`, "name = \"round-robin\"\nreplan = \"30s\"", `exp.toml:22: policy[0].replan: the round-robin policy has no option "replan"`},
+		{"online option on round-robin", `name = "round-robin"`, "name = \"round-robin\"\nonline.replan = \"30s\"", `exp.toml:22: policy[0].online.replan: options of the online policy in a [[policy]] of round-robin (it takes none besides the common ones)`},
+		{"online options table on round-robin", `name = "round-robin"`, "name = \"round-robin\"\n[policy.online]\nmax_in_flight = 8", `exp.toml:22: policy[0].online: options of the online policy in a [[policy]] of round-robin`},
+		{"policy option outside its table", `name = "round-robin"`, "name = \"round-robin\"\nreplan = \"30s\"", `exp.toml:22: policy[0].replan: unknown key: a policy's own options go in its options table: write online.replan`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Contains(t, layered, tc.from)

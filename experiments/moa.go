@@ -592,7 +592,7 @@ func (r *Resolved) resolvePolicies(m *GraphWorkload) error {
 	labels := map[string]bool{}
 	for i, p := range e.Policies {
 		key := fmt.Sprintf("policy[%d]", i)
-		factory, ok := registry[lower(p.Name)]
+		kind, ok := lookupPolicy(lower(p.Name))
 		if !ok {
 			return e.errorf(key+".name", "unknown policy %q (known: %s)", p.Name, strings.Join(policyNames(), ", "))
 		}
@@ -628,8 +628,7 @@ func (r *Resolved) resolvePolicies(m *GraphWorkload) error {
 			return e.errorf(key+".label", "policy %q is listed twice: give each a distinct label", label)
 		}
 		labels[label] = true
-		pc := policyContext{outputs: m.Outputs, spec: p, key: key}
-		newPolicy, err := factory(e, pc)
+		newPolicy, err := buildPolicy(kind, policyBuild{e: e, key: key, outputs: m.Outputs}, &e.Policies[i])
 		if err != nil {
 			return err
 		}

@@ -1,8 +1,8 @@
 package experiments
 
 import (
-	"slices"
-	"sort"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/mosaic-sched/mosaic/policies"
@@ -13,107 +13,185 @@ import (
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
-// policyContext is what a policy constructor may use: the output-length distributions that
-// differ from the models' own, and the policy's own table of the experiment file.
-type policyContext struct {
+// policyBuild is what a policy's factory may use: the experiment (for errors located at a
+// key), the key of the policy's table ("policy[i]") and the output-length distributions that
+// differ from the models' own.
+type policyBuild struct {
+	e       *Experiment
+	key     string
 	outputs map[mosaic.Key]traces.LengthDist
-	spec    PolicySpec
-	key     string // "policy[i]", for errors
 }
 
-// factory validates a policy's options and returns its constructor.
-type factory func(e *Experiment, pc policyContext) (func() policies.Policy, error)
+// errorf returns an error located at the policy's own option key.
+func (b policyBuild) errorf(option, format string, args ...any) error {
+	return b.e.errorf(b.key+"."+option, format, args...)
+}
 
-// registry maps policy names to factories.
-var registry = map[string]factory{
-	roundrobin.Name: func(e *Experiment, pc policyContext) (func() policies.Policy, error) {
-		if err := onlyOptions(e, pc); err != nil {
-			return nil, err
-		}
-		return func() policies.Policy { return roundrobin.New() }, nil
-	},
-	dataparallel.Name: func(e *Experiment, pc policyContext) (func() policies.Policy, error) {
-		if err := onlyOptions(e, pc); err != nil {
-			return nil, err
-		}
-		return func() policies.Policy { return dataparallel.New() }, nil
-	},
-	mosaic.Name: func(e *Experiment, pc policyContext) (func() policies.Policy, error) {
-		if err := onlyOptions(e, pc, "solver_time_limit", "order", "prefetch"); err != nil {
-			return nil, err
-		}
-		o := mosaic.Options{Outputs: pc.outputs, TimeLimit: pc.spec.SolverTimeLimit}
-		if err := checkTimeLimit(e, pc); err != nil {
-			return nil, err
-		}
-		switch pc.spec.Order {
-		case "", mosaic.OrderLongestFirst, mosaic.OrderPlain:
-			o.Order = pc.spec.Order
-		default:
-			return nil, e.errorf(pc.key+".order", "unknown order %q (known: %s, %s)", pc.spec.Order, mosaic.OrderLongestFirst, mosaic.OrderPlain)
-		}
-		if pc.spec.Prefetch != nil {
-			o.NoPrefetch = !*pc.spec.Prefetch
-		}
-		return func() policies.Policy { return mosaic.New(o) }, nil
-	},
-	mosaic.PipelineName: func(e *Experiment, pc policyContext) (func() policies.Policy, error) {
-		if err := onlyOptions(e, pc, "solver_time_limit"); err != nil {
-			return nil, err
-		}
-		if err := checkTimeLimit(e, pc); err != nil {
-			return nil, err
-		}
-		o := mosaic.Options{Outputs: pc.outputs, TimeLimit: pc.spec.SolverTimeLimit, Pipeline: true}
-		return func() policies.Policy { return mosaic.New(o) }, nil
-	},
-	online.Name: func(e *Experiment, pc policyContext) (func() policies.Policy, error) {
-		if err := onlyOptions(e, pc, "solver_time_limit", "replan", "max_in_flight"); err != nil {
-			return nil, err
-		}
-		if err := checkTimeLimit(e, pc); err != nil {
-			return nil, err
-		}
-		o := online.Options{Outputs: pc.outputs, TimeLimit: pc.spec.SolverTimeLimit, MaxInFlight: pc.spec.MaxInFlight}
-		if r := pc.spec.Replan; r != nil {
-			switch {
-			case *r == 0:
-				return nil, e.errorf(pc.key+".replan", "must not be zero: give how often to check the mix (\"60s\"), or \"-1s\" for never")
-			case *r > 0 && *r < time.Millisecond:
-				return nil, e.errorf(pc.key+".replan", "%v is too short; write a duration with its unit, e.g. \"60s\" (a bare number means nanoseconds)", *r)
+// policyKind is a registered policy: its name, what it does, and its factory, which checks
+// the policy's own options and returns the policy's constructor.
+type policyKind struct {
+	name, summary string
+	// section is the key of the policy's options table in its [[policy]] table ("" when it
+	// takes none), and optionType the table's type, for listings.
+	section    string
+	optionType reflect.Type
+	// given reports whether the [[policy]] table holds the policy's options table.
+	given func(*PolicySpec) bool
+	build func(b policyBuild, spec *PolicySpec) (func() policies.Policy, error)
+}
+
+// kind registers a policy whose options table, of type O, is selected from a [[policy]] table
+// by opts (nil for a policy without options). The factory gets the options decoded (their
+// zero value when the table is absent), so each policy reads only its own typed options.
+func kind[O any](name, summary, section string, opts func(*PolicySpec) *O, build func(b policyBuild, o O) (func() policies.Policy, error)) policyKind {
+	k := policyKind{name: name, summary: summary, section: section,
+		given: func(*PolicySpec) bool { return false },
+		build: func(b policyBuild, _ *PolicySpec) (func() policies.Policy, error) {
+			var zero O
+			return build(b, zero)
+		}}
+	if opts != nil {
+		k.optionType = reflect.TypeFor[O]()
+		k.given = func(s *PolicySpec) bool { return opts(s) != nil }
+		k.build = func(b policyBuild, s *PolicySpec) (func() policies.Policy, error) {
+			var o O
+			if p := opts(s); p != nil {
+				o = *p
 			}
-			o.Replan = *r
-		}
-		if pc.spec.MaxInFlight < 0 || (pc.spec.MaxInFlight == 0 && e.has(pc.key+".max_in_flight")) {
-			return nil, e.errorf(pc.key+".max_in_flight", "must be positive, got %d", pc.spec.MaxInFlight)
-		}
-		return func() policies.Policy { return online.New(o) }, nil
-	},
-}
-
-// checkTimeLimit rejects a solver time limit too short to be meant.
-func checkTimeLimit(e *Experiment, pc policyContext) error {
-	if t := pc.spec.SolverTimeLimit; t != 0 && t < time.Millisecond {
-		return e.errorf(pc.key+".solver_time_limit", "%v is too short; write a duration with its unit, e.g. \"10s\"", t)
-	}
-	return nil
-}
-
-// onlyOptions rejects the policy options that the named policy does not take.
-func onlyOptions(e *Experiment, pc policyContext, takes ...string) error {
-	s := pc.spec
-	for _, o := range []struct {
-		key string
-		set bool
-	}{
-		{"solver_time_limit", s.SolverTimeLimit != 0}, {"order", s.Order != ""}, {"prefetch", s.Prefetch != nil},
-		{"replan", s.Replan != nil}, {"max_in_flight", s.MaxInFlight != 0 || e.has(pc.key+".max_in_flight")},
-	} {
-		if o.set && !slices.Contains(takes, o.key) {
-			return e.errorf(pc.key+"."+o.key, "the %s policy has no option %q", s.Name, o.key)
+			b.key += "." + section
+			return build(b, o)
 		}
 	}
-	return nil
+	return k
+}
+
+// noOptions is the options type of a policy that takes none.
+type noOptions struct{}
+
+// policyKinds returns the registered policies, sorted by name. Adding a policy means a
+// policyKind here and, when it takes options, their typed table in PolicySpec.
+func policyKinds() []policyKind {
+	return []policyKind{
+		kind[noOptions](dataparallel.Name, "every worker loads every model of a layer in turn and serves 1/W of its calls", "", nil,
+			func(policyBuild, noOptions) (func() policies.Policy, error) {
+				return func() policies.Policy { return dataparallel.New() }, nil
+			}),
+		kind(mosaic.Name, "MOSAIC: an ILP places models and assigns calls per layer (stage), from profiled costs", "mosaic",
+			func(s *PolicySpec) *MosaicOptions { return s.Mosaic },
+			func(b policyBuild, o MosaicOptions) (func() policies.Policy, error) {
+				opts := mosaic.Options{Outputs: b.outputs}
+				var err error
+				if opts.TimeLimit, err = solverTimeLimit(b, o.SolverTimeLimit); err != nil {
+					return nil, err
+				}
+				switch o.Order {
+				case "", mosaic.OrderLongestFirst, mosaic.OrderPlain:
+					opts.Order = o.Order
+				default:
+					return nil, b.errorf("order", "unknown order %q (known: %s, %s)", o.Order, mosaic.OrderLongestFirst, mosaic.OrderPlain)
+				}
+				if o.Prefetch != nil {
+					opts.NoPrefetch = !*o.Prefetch
+				}
+				return func() policies.Policy { return mosaic.New(opts) }, nil
+			}),
+		kind(online.Name, "places models for the expected mix and dispatches each call as it becomes ready (work stealing, re-planning on drift)", "online",
+			func(s *PolicySpec) *OnlineOptions { return s.Online },
+			func(b policyBuild, o OnlineOptions) (func() policies.Policy, error) {
+				opts := online.Options{Outputs: b.outputs, MaxInFlight: o.MaxInFlight}
+				var err error
+				if opts.TimeLimit, err = solverTimeLimit(b, o.SolverTimeLimit); err != nil {
+					return nil, err
+				}
+				if r := o.Replan; r != nil {
+					switch {
+					case *r == 0:
+						return nil, b.errorf("replan", "must not be zero: give how often to check the mix (\"60s\"), or \"-1s\" for never")
+					case *r > 0 && *r < time.Millisecond:
+						return nil, b.errorf("replan", "%v is too short; write a duration with its unit, e.g. \"60s\" (a bare number means nanoseconds)", *r)
+					}
+					opts.Replan = *r
+				}
+				if o.MaxInFlight < 0 || (o.MaxInFlight == 0 && b.e.has(b.key+".max_in_flight")) {
+					return nil, b.errorf("max_in_flight", "must be positive, got %d", o.MaxInFlight)
+				}
+				return func() policies.Policy { return online.New(opts) }, nil
+			}),
+		kind(mosaic.PipelineName, "MOSAIC's placement without the stage barrier: workers done with a stage serve the next layer's ready calls", "pipeline",
+			func(s *PolicySpec) *PipelineOptions { return s.Pipeline },
+			func(b policyBuild, o PipelineOptions) (func() policies.Policy, error) {
+				opts := mosaic.Options{Outputs: b.outputs, Pipeline: true}
+				var err error
+				if opts.TimeLimit, err = solverTimeLimit(b, o.SolverTimeLimit); err != nil {
+					return nil, err
+				}
+				return func() policies.Policy { return mosaic.New(opts) }, nil
+			}),
+		kind[noOptions](roundrobin.Name, "the paper's baseline: model i on worker i mod W, a worker serves its models in turn, layer by layer with a barrier", "", nil,
+			func(policyBuild, noOptions) (func() policies.Policy, error) {
+				return func() policies.Policy { return roundrobin.New() }, nil
+			}),
+	}
+}
+
+// lookupPolicy returns the registered policy of that name.
+func lookupPolicy(name string) (policyKind, bool) {
+	for _, k := range policyKinds() {
+		if k.name == name {
+			return k, true
+		}
+	}
+	return policyKind{}, false
+}
+
+// buildPolicy checks a [[policy]] table's policy-specific options and returns the policy's
+// constructor: the named policy reads its own options table, and a table meant for another
+// policy is an error.
+func buildPolicy(k policyKind, b policyBuild, spec *PolicySpec) (func() policies.Policy, error) {
+	for _, other := range policyKinds() {
+		if other.name != k.name && other.given(spec) {
+			key := b.key + "." + other.section
+			if !b.e.has(key) {
+				if keys := b.e.file.Keys(key); len(keys) > 0 {
+					key = keys[0] // a dotted key (online.replan = ...): name it and its line
+				}
+			}
+			return nil, b.e.errorf(key, "options of the %s policy in a [[policy]] of %s (%s)", other.name, k.name, optionsOf(k))
+		}
+	}
+	return k.build(b, spec)
+}
+
+// optionsOf says which options a policy takes.
+func optionsOf(k policyKind) string {
+	if k.section == "" {
+		return "it takes none besides the common ones"
+	}
+	return "its own are " + strings.Join(k.options(), ", ")
+}
+
+// options lists the policy's own option keys, as written in a [[policy]] table
+// ("mosaic.order").
+func (k policyKind) options() []string {
+	if k.optionType == nil {
+		return nil
+	}
+	var out []string
+	for i := range k.optionType.NumField() {
+		if tag := tomlName(k.optionType.Field(i)); tag != "" {
+			out = append(out, k.section+"."+tag)
+		}
+	}
+	return out
+}
+
+// solverTimeLimit checks a policy's solver time limit: 0 keeps the default, and a limit
+// under a millisecond is a unit mistake (a bare number means nanoseconds).
+func solverTimeLimit(b policyBuild, t time.Duration) (time.Duration, error) {
+	if t < 0 || t != 0 && t < time.Millisecond {
+		return 0, b.errorf("solver_time_limit", "%v is too short; write a duration with its unit, e.g. \"10s\" or \"500ms\"", t)
+	}
+	return t, nil
 }
 
 // PolicyDoc describes a policy for listings: its name, what it does and the options of its
@@ -123,32 +201,38 @@ type PolicyDoc struct {
 	Options       []string
 }
 
-// CommonPolicyOptions are the [[policy]] keys every policy takes.
-var CommonPolicyOptions = []string{"name", "label", "threshold", "dynamic_threshold", "early_exit", "overlap"}
+// CommonPolicyOptions are the [[policy]] keys every policy takes: PolicySpec's keys but the
+// policies' own options tables.
+var CommonPolicyOptions = commonPolicyOptions()
 
-// Policies lists the registered policies, by name.
-func Policies() []PolicyDoc {
-	docs := map[string]PolicyDoc{
-		roundrobin.Name:     {Summary: "the paper's baseline: model i on worker i mod W, a worker serves its models in turn, layer by layer with a barrier"},
-		dataparallel.Name:   {Summary: "every worker loads every model of a layer in turn and serves 1/W of its calls"},
-		mosaic.Name:         {Summary: "MOSAIC: an ILP places models and assigns calls per layer (stage), from profiled costs", Options: []string{"solver_time_limit", "order", "prefetch"}},
-		mosaic.PipelineName: {Summary: "MOSAIC's placement without the stage barrier: workers done with a stage serve the next layer's ready calls", Options: []string{"solver_time_limit"}},
-		online.Name:         {Summary: "places models for the expected mix and dispatches each call as it becomes ready (work stealing, re-planning on drift)", Options: []string{"solver_time_limit", "replan", "max_in_flight"}},
+func commonPolicyOptions() []string {
+	sections := map[string]bool{}
+	for _, k := range policyKinds() {
+		sections[k.section] = true
 	}
+	var out []string
+	t := reflect.TypeFor[PolicySpec]()
+	for i := range t.NumField() {
+		if tag := tomlName(t.Field(i)); tag != "" && !sections[tag] {
+			out = append(out, tag)
+		}
+	}
+	return out
+}
+
+// Policies lists the registered policies, by name, with their own options.
+func Policies() []PolicyDoc {
 	var out []PolicyDoc
-	for _, n := range policyNames() {
-		d := docs[n]
-		d.Name = n
-		out = append(out, d)
+	for _, k := range policyKinds() {
+		out = append(out, PolicyDoc{Name: k.name, Summary: k.summary, Options: k.options()})
 	}
 	return out
 }
 
 func policyNames() []string {
 	var names []string
-	for n := range registry {
-		names = append(names, n)
+	for _, k := range policyKinds() {
+		names = append(names, k.name)
 	}
-	sort.Strings(names)
 	return names
 }

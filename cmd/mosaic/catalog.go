@@ -47,13 +47,12 @@ func runCatalog(args []string, stdout io.Writer) error {
 	case "engines":
 		listEngines(w, cat)
 	case "policies":
-		fmt.Fprintf(w, "%-14s %-40s %s\n", "policy", "options (besides the common ones)", "what it does")
+		fmt.Fprintf(w, "%-14s %s\n", "policy", "what it does, and its own options (besides the common ones)")
 		for _, p := range experiments.Policies() {
-			opts := strings.Join(p.Options, ", ")
-			if opts == "" {
-				opts = "-"
+			fmt.Fprintf(w, "%-14s %s\n", p.Name, p.Summary)
+			if len(p.Options) > 0 {
+				fmt.Fprintf(w, "%-14s options: %s\n", "", strings.Join(p.Options, ", "))
 			}
-			fmt.Fprintf(w, "%-14s %-40s %s\n", p.Name, opts, p.Summary)
 		}
 		fmt.Fprintf(w, "\nevery [[policy]] takes: %s\n", strings.Join(experiments.CommonPolicyOptions, ", "))
 	case "rules":

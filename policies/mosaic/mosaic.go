@@ -56,7 +56,7 @@ type Options struct {
 	// they differ from the model's own (a MoA aggregator writes differently from the same
 	// model as an expert); a missing entry means the model's.
 	Outputs map[Key]traces.LengthDist
-	// TimeLimit bounds each ILP solve (default 10 s).
+	// TimeLimit bounds each ILP solve (default solver.DefaultTimeLimit).
 	TimeLimit time.Duration
 	// Order is OrderLongestFirst (default) or OrderPlain.
 	Order string
@@ -129,7 +129,7 @@ var _ policies.Policy = (*Policy)(nil)
 // New returns the policy.
 func New(o Options) *Policy {
 	if o.TimeLimit <= 0 {
-		o.TimeLimit = 10 * time.Second
+		o.TimeLimit = solver.DefaultTimeLimit
 	}
 	if o.Order == "" {
 		o.Order = OrderLongestFirst

@@ -38,6 +38,7 @@ import (
 
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/policies/mosaic"
+	"github.com/mosaic-sched/mosaic/policies/solver"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -56,7 +57,7 @@ type Options struct {
 	// Outputs are the output-length distributions of the calls of a layer and model where they
 	// differ from the model's own (see mosaic.Options).
 	Outputs map[mosaic.Key]traces.LengthDist
-	// TimeLimit bounds each ILP solve (default 10 s).
+	// TimeLimit bounds each ILP solve (default solver.DefaultTimeLimit).
 	TimeLimit time.Duration
 	// Replan is how often the policy checks the mix (0: DefaultReplan; negative: never).
 	Replan time.Duration
@@ -161,7 +162,7 @@ var _ policies.Policy = (*Policy)(nil)
 // New returns the policy.
 func New(o Options) *Policy {
 	if o.TimeLimit <= 0 {
-		o.TimeLimit = 10 * time.Second
+		o.TimeLimit = solver.DefaultTimeLimit
 	}
 	if o.Replan == 0 {
 		o.Replan = DefaultReplan

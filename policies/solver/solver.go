@@ -139,7 +139,8 @@ type Problem struct {
 	Workers int
 	// Offset is when each worker becomes free (seconds); nil: all at 0.
 	Offset []float64
-	// TimeLimit bounds the ILP solve (rounded up to whole seconds for lp_solve; 0: 10 s).
+	// TimeLimit bounds the solve (0: DefaultTimeLimit); see Solve for limits that are not whole
+	// seconds.
 	TimeLimit time.Duration
 }
 
@@ -402,14 +403,71 @@ func maxOf(xs []float64) float64 {
 	return m
 }
 
+// DefaultTimeLimit bounds a solve whose problem gives no time limit.
+const DefaultTimeLimit = 10 * time.Second
+
+// progressEvery is how often a solve that is still running says so in the log.
+var progressEvery = 5 * time.Second
+
+// solveILP is the ILP solver Solve runs (a test replaces it with a slow one).
+var solveILP = SolveILP
+
 // Solve plans with the ILP and falls back to the heuristic, with a warning, when the ILP is
 // unavailable or finds no solution. The returned plan says which one it is.
+//
+// The time limit (Problem.TimeLimit) holds to the millisecond: lp_solve counts whole seconds,
+// so under a limit that is not a whole number of seconds Solve stops waiting for the ILP when
+// the limit strikes and returns the heuristic's plan, with the work bound as its lower bound
+// and a note that says so. A solve that runs longer than a few seconds logs its progress; a
+// cancelled ctx stops the wait.
 func Solve(ctx context.Context, p Problem) (*Plan, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	plan, err := SolveILP(ctx, p)
+	limit := p.timeLimit()
+	type result struct {
+		plan *Plan
+		err  error
+	}
+	done := make(chan result, 1) // the ILP's goroutine never blocks, even when no one waits
+	ilp := solveILP
+	go func() {
+		plan, err := ilp(ctx, p)
+		done <- result{plan, err}
+	}()
+	var cut <-chan time.Time
+	if limit%time.Second != 0 {
+		t := time.NewTimer(limit)
+		defer t.Stop()
+		cut = t.C
+	}
+	tick := time.NewTicker(progressEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case r := <-done:
+			return ilpOrHeuristic(p, r.plan, r.err, start), nil
+		case <-cut:
+			h := SolveHeuristic(p)
+			h.LowerBound = WorkBound(p)
+			h.Gap = gap(h.Makespan, h.LowerBound)
+			h.Note = fmt.Sprintf("the ILP had not finished within the %v time limit (lp_solve counts whole seconds): the heuristic's plan, with the work bound", limit)
+			h.SolveTime = time.Since(start)
+			return h, nil
+		case <-tick.C:
+			slog.Info("solving the placement ILP", "models", len(p.Items), "workers", p.Workers,
+				"elapsed", time.Since(start).Round(time.Second), "time_limit", limit)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// ilpOrHeuristic is Solve's answer once the ILP returned: its plan (or the heuristic's where
+// that is better than an incumbent the time limit cut short), or the heuristic's when the ILP
+// failed.
+func ilpOrHeuristic(p Problem, plan *Plan, err error, start time.Time) *Plan {
 	if err == nil {
 		if plan.Status == TimeLimit {
 			// The ILP's incumbent may be weak when the time limit struck: keep the better plan.
@@ -420,7 +478,7 @@ func Solve(ctx context.Context, p Problem) (*Plan, error) {
 			}
 			plan.SolveTime = time.Since(start)
 		}
-		return plan, nil
+		return plan
 	}
 	slog.Warn("ILP solver unusable, planning with the heuristic", "reason", err)
 	h := SolveHeuristic(p)
@@ -430,7 +488,7 @@ func Solve(ctx context.Context, p Problem) (*Plan, error) {
 		h.Gap = gap(h.Makespan, lb)
 	}
 	h.SolveTime = time.Since(start)
-	return h, nil
+	return h
 }
 
 func gap(makespan, lb float64) float64 {
@@ -440,11 +498,17 @@ func gap(makespan, lb float64) float64 {
 	return max(0, 1-lb/makespan)
 }
 
-func (p Problem) timeLimitSeconds() int {
+// timeLimit is the problem's time limit, DefaultTimeLimit when it gives none.
+func (p Problem) timeLimit() time.Duration {
 	if p.TimeLimit <= 0 {
-		return 10
+		return DefaultTimeLimit
 	}
-	return max(1, int(math.Ceil(p.TimeLimit.Seconds())))
+	return p.TimeLimit
+}
+
+// timeLimitSeconds is the time limit as lp_solve takes it: whole seconds, rounded up.
+func (p Problem) timeLimitSeconds() int {
+	return max(1, int(math.Ceil(p.timeLimit().Seconds())))
 }
 
 // WorkBound is a lower bound on the makespan of any plan, splits even or not: for a makespan
