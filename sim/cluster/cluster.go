@@ -89,7 +89,10 @@ type Cluster struct {
 	cfg     Config
 	q       sim.Queue[item]
 	workers []*worker
-	out     []backend.Event
+	// out holds the events ready to be returned by Next from out[head]; it is reused once
+	// drained, so that delivering events does not allocate.
+	out  []backend.Event
+	head int
 }
 
 type worker struct {
@@ -301,7 +304,7 @@ func (c *Cluster) Cancel(w backend.WorkerID, id int) error {
 		}
 		return nil
 	}
-	for _, ev := range c.out {
+	for _, ev := range c.out[c.head:] {
 		if ev.Kind == backend.EventDone && ev.Worker == w && ev.Call != nil && ev.Call.ID == id {
 			return nil // it finished at this instant; its EventDone is on its way
 		}
@@ -324,7 +327,8 @@ func (c *Cluster) abort(e *engine, id uint64, now time.Duration) {
 
 // Next implements backend.Backend.
 func (c *Cluster) Next(ctx context.Context) (backend.Event, error) {
-	for len(c.out) == 0 {
+	for c.head == len(c.out) {
+		c.out, c.head = c.out[:0], 0
 		if err := ctx.Err(); err != nil {
 			return backend.Event{}, err
 		}
@@ -334,8 +338,9 @@ func (c *Cluster) Next(ctx context.Context) (backend.Event, error) {
 		}
 		c.process(it.At, it.Payload)
 	}
-	ev := c.out[0]
-	c.out = c.out[1:]
+	ev := c.out[c.head]
+	c.out[c.head] = backend.Event{} // let the collector have its call
+	c.head++
 	return ev, nil
 }
 
