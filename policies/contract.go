@@ -169,6 +169,8 @@ type View interface {
 	Model(name string) (ModelInfo, bool)
 	// Holds lists the models loaded (not loading) on w, in load order.
 	Holds(w WorkerID) []string
+	// Holding reports whether model is loaded (not loading) on w: Holds without its copy.
+	Holding(w WorkerID, model string) bool
 	// Loading lists the models being loaded on w.
 	Loading(w WorkerID) []string
 	// Fits reports whether model could be loaded on w next to what it holds and is loading.

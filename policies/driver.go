@@ -1,7 +1,6 @@
 package policies
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/mosaic-sched/mosaic/internal/heapx"
 	"github.com/mosaic-sched/mosaic/policies/backend"
 	"github.com/mosaic-sched/mosaic/traces"
 )
@@ -273,21 +273,21 @@ const (
 	timerPolicy
 )
 
+// timerHeap orders the Driver's timers by time, then by when they were set.
 type timerHeap []timer
 
-func (h timerHeap) Len() int { return len(h) }
-func (h timerHeap) Less(i, j int) bool {
-	if h[i].at != h[j].at {
-		return h[i].at < h[j].at
+func timerLess(a, b *timer) bool {
+	if a.at != b.at {
+		return a.at < b.at
 	}
-	return h[i].seq < h[j].seq
+	return a.seq < b.seq
 }
-func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *timerHeap) Push(x any)   { *h = append(*h, x.(timer)) }
-func (h *timerHeap) Pop() any {
-	old := *h
-	t := old[len(old)-1]
-	*h = old[:len(old)-1]
+
+func (h *timerHeap) push(t timer) { *h = heapx.Push(*h, t, timerLess) }
+
+func (h *timerHeap) pop() timer {
+	var t timer
+	*h, t = heapx.Pop(*h, timerLess)
 	return t
 }
 
@@ -296,7 +296,7 @@ func (d *Driver) addTimer(t timer) {
 	t.at = max(t.at, d.backend.Now())
 	d.timerSeq++
 	t.seq = d.timerSeq
-	heap.Push(&d.timers, t)
+	d.timers.push(t)
 	if !d.waking[t.at] {
 		d.waking[t.at] = true
 		d.backend.WakeAt(t.at)
@@ -382,13 +382,17 @@ func (d *Driver) applyAll(acts []Action) error {
 	if err := d.apply(acts); err != nil {
 		return err
 	}
-	for len(d.derived) > 0 {
-		ev := d.derived[0]
-		d.derived = d.derived[1:]
+	// The events the Driver derives while it applies them are handed on in order; the
+	// buffer is reused once they are all out (slicing it from the front would reallocate it).
+	for i := 0; i < len(d.derived); i++ {
+		ev := d.derived[i]
+		d.derived[i] = Event{}
 		if err := d.apply(d.policy.OnEvent(ev, d)); err != nil {
+			d.derived = d.derived[:0]
 			return err
 		}
 	}
+	d.derived = d.derived[:0]
 	return d.fatal
 }
 
@@ -440,6 +444,7 @@ func (d *Driver) stalled() error {
 // arrive releases a query's calls without inputs.
 func (d *Driver) arrive(qi int, now time.Duration, out []CallRef) []CallRef {
 	q := &d.workload.Queries[qi]
+	out = slices.Grow(out, len(q.Calls))
 	for i := range q.Calls {
 		if len(q.Calls[i].Inputs) == 0 {
 			out = d.start(d.first[qi]+i, now, out)
@@ -843,7 +848,7 @@ func (d *Driver) timersDue(now time.Duration) ([]Event, error) {
 	var skipped []Event
 	wake := false
 	for len(d.timers) > 0 && d.timers[0].at <= now {
-		t := heap.Pop(&d.timers).(timer)
+		t := d.timers.pop()
 		switch t.kind {
 		case timerArrival:
 			for d.arrived < len(d.arrivals) && d.workload.Queries[d.arrivals[d.arrived]].Arrival <= now {
@@ -1113,6 +1118,9 @@ func (d *Driver) Model(name string) (ModelInfo, bool) {
 
 // Holds implements View.
 func (d *Driver) Holds(w WorkerID) []string { return append([]string(nil), d.ws[w].holds...) }
+
+// Holding implements View.
+func (d *Driver) Holding(w WorkerID, model string) bool { return slices.Contains(d.ws[w].holds, model) }
 
 // Loading implements View.
 func (d *Driver) Loading(w WorkerID) []string {

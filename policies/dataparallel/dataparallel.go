@@ -219,7 +219,7 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 		if !ok {
 			continue
 		}
-		holds := slices.Contains(v.Holds(wid), j.model)
+		holds := v.Holding(wid, j.model)
 		if j.layer == 0 {
 			if !holds {
 				continue
@@ -246,7 +246,7 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 			if j, ok = p.current(wid); !ok {
 				break
 			}
-			holds = slices.Contains(v.Holds(wid), j.model)
+			holds = v.Holding(wid, j.model)
 		}
 		if !ok {
 			continue

@@ -341,7 +341,7 @@ func (p *Policy) begin(sp *StagePlan, v policies.View, last func(string) bool) {
 		}
 	}
 	for w, wk := range p.workers {
-		resident := func(m string) bool { return wk.loading == m || slices.Contains(v.Holds(wk.id), m) }
+		resident := func(m string) bool { return wk.loading == m || v.Holding(wk.id, m) }
 		sort.SliceStable(wk.queue, func(i, j int) bool {
 			a, b := wk.queue[i], wk.queue[j]
 			if ra, rb := resident(a), resident(b); ra != rb && sp.Layer > 0 {
@@ -533,7 +533,7 @@ func (p *Policy) advance(wk *worker, v policies.View) []policies.Action {
 			return nil
 		}
 	}
-	if !slices.Contains(v.Holds(wk.id), done) {
+	if !v.Holding(wk.id, done) {
 		// Its calls were cancelled while it was still loading: drive unloads it once it has
 		// loaded, for the next model.
 		return nil
@@ -572,7 +572,7 @@ func (p *Policy) prefetchModel(wk *worker, v policies.View) string {
 		return ""
 	}
 	a := mainModel(v, p.stage+1, p.outputs(p.stage+1))
-	if a == "" || slices.Contains(v.Holds(wk.id), a) || wk.loading == a {
+	if a == "" || v.Holding(wk.id, a) || wk.loading == a {
 		return ""
 	}
 	if info, _ := v.Model(a); !info.CanRun(wk.id) {
@@ -598,7 +598,7 @@ func (p *Policy) drive(wk *worker, v policies.View) []policies.Action {
 	}
 	var acts []policies.Action
 	switch {
-	case slices.Contains(v.Holds(wk.id), m):
+	case v.Holding(wk.id, m):
 		for _, id := range wk.pending[m] {
 			acts = append(acts, policies.Submit(wk.id, id))
 		}

@@ -1,8 +1,6 @@
 package mosaic
 
 import (
-	"slices"
-
 	"github.com/mosaic-sched/mosaic/policies"
 )
 
@@ -57,7 +55,7 @@ func (p *Policy) freeWorker(model string, v policies.View) *worker {
 	var best *worker
 	bestN := 0
 	for _, wk := range p.workers {
-		if wk.current() != "" || wk.loading != "" || wk.want != "" || !slices.Contains(v.Holds(wk.id), model) {
+		if wk.current() != "" || wk.loading != "" || wk.want != "" || !v.Holding(wk.id, model) {
 			continue
 		}
 		n := v.InFlight(wk.id, "") + p.inflightEarly[wk.id]

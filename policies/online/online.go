@@ -28,7 +28,6 @@ package online
 
 import (
 	"cmp"
-	"container/heap"
 	"context"
 	"fmt"
 	"log/slog"
@@ -36,6 +35,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/mosaic-sched/mosaic/internal/heapx"
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/policies/mosaic"
 	"github.com/mosaic-sched/mosaic/policies/solver"
@@ -137,9 +137,9 @@ type queued struct {
 	seq     int
 }
 
-func (q *queue) Len() int { return len(q.calls) }
-func (q *queue) Less(i, j int) bool {
-	a, b := q.calls[i], q.calls[j]
+// queuedLess orders a queue: the deepest layer first, then the oldest query, then release
+// order.
+func queuedLess(a, b *queued) bool {
 	if a.ref.Layer != b.ref.Layer {
 		return a.ref.Layer > b.ref.Layer
 	}
@@ -148,13 +148,13 @@ func (q *queue) Less(i, j int) bool {
 	}
 	return a.seq < b.seq
 }
-func (q *queue) Swap(i, j int) { q.calls[i], q.calls[j] = q.calls[j], q.calls[i] }
-func (q *queue) Push(x any)    { q.calls = append(q.calls, x.(queued)) }
-func (q *queue) Pop() any {
-	old := q.calls
-	x := old[len(old)-1]
-	q.calls = old[:len(old)-1]
-	return x
+
+func (q *queue) push(c queued) { q.calls = heapx.Push(q.calls, c, queuedLess) }
+
+func (q *queue) pop() queued {
+	var c queued
+	q.calls, c = heapx.Pop(q.calls, queuedLess)
+	return c
 }
 
 var _ policies.Policy = (*Policy)(nil)
@@ -405,7 +405,7 @@ func (p *Policy) push(c policies.CallRef) {
 		q.since = c.Ready
 	}
 	q.seq++
-	heap.Push(q, queued{ref: c, arrival: arrival, seq: q.seq})
+	q.push(queued{ref: c, arrival: arrival, seq: q.seq})
 }
 
 // OnEvent implements policies.Policy.
@@ -471,7 +471,7 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 			if best == nil {
 				break
 			}
-			c := heap.Pop(q).(queued).ref
+			c := q.pop().ref
 			p.sent(c)
 			if p.dropped[c.ID] {
 				delete(p.dropped, c.ID)

@@ -167,7 +167,7 @@ func (p *Policy) advance(w policies.WorkerID, v policies.View) []policies.Action
 	if nxt, ok := p.current(w); ok && nxt.model == done.model || !ok && done.layer == p.lastLayer {
 		return nil // served again next, or the run's last layer
 	}
-	if slices.Contains(v.Holds(w), done.model) {
+	if v.Holding(w, done.model) {
 		return []policies.Action{policies.Unload(w, done.model)}
 	}
 	return nil
@@ -188,7 +188,7 @@ func open(v policies.View, layer int) bool { return layer == 0 || policies.Layer
 // nor loading and fits.
 func (p *Policy) loadCurrent(w policies.WorkerID, v policies.View) (policies.Action, bool) {
 	j, ok := p.current(w)
-	if !ok || !open(v, j.layer) || slices.Contains(v.Holds(w), j.model) || slices.Contains(v.Loading(w), j.model) || !policies.CanLoad(v, w, j.model) {
+	if !ok || !open(v, j.layer) || v.Holding(w, j.model) || slices.Contains(v.Loading(w), j.model) || !policies.CanLoad(v, w, j.model) {
 		return policies.Action{}, false
 	}
 	return policies.Load(w, j.model), true
@@ -215,7 +215,7 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 				acts = append(acts, p.advance(wid, v)...)
 				continue
 			}
-			if slices.Contains(v.Holds(wid), j.model) {
+			if v.Holding(wid, j.model) {
 				for _, id := range p.queue[j] {
 					acts = append(acts, policies.Submit(wid, id))
 				}

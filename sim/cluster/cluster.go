@@ -102,15 +102,14 @@ type worker struct {
 }
 
 type callInfo struct {
+	// r is the call's reference, sent with the events that end it.
+	r       backend.CallRef
 	call    *traces.Call
 	timing  backend.CallTiming
 	started bool
 }
 
-func (ci *callInfo) ref() *backend.CallRef {
-	c := ci.call
-	return &backend.CallRef{ID: c.ID, Query: c.Query, Role: c.Role, Layer: c.Layer, Model: c.Model, InputTokens: c.InputTokens}
-}
+func (ci *callInfo) ref() *backend.CallRef { return &ci.r }
 
 type engine struct {
 	model string
@@ -264,7 +263,8 @@ func (c *Cluster) submit(w backend.WorkerID, call *traces.Call, open bool) error
 	if err := e.eng.Add(req); err != nil {
 		return fmt.Errorf("call %d (query %d, %s): %w", call.ID, call.Query, call.Model, err)
 	}
-	e.calls[req.ID] = &callInfo{call: call, timing: backend.CallTiming{Submitted: now}}
+	e.calls[req.ID] = &callInfo{call: call, timing: backend.CallTiming{Submitted: now},
+		r: backend.CallRef{ID: call.ID, Query: call.Query, Role: call.Role, Layer: call.Layer, Model: call.Model, InputTokens: call.InputTokens}}
 	if e.state == stIdle && !e.kickDue {
 		// Start the engine after every call submitted at this instant has joined, as a real
 		// engine would batch them into one iteration. (Otherwise the request joins when the
