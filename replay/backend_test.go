@@ -103,6 +103,7 @@ func TestRetriesRecoverFromFaults(t *testing.T) {
 	cfg.Retries = 8
 	res, err := run(t, cfg, workload(10))
 	require.NoError(t, err)
+	require.Len(t, res.Calls, 10*3, "every call of the 10 queries ran (the rule skips nothing)")
 	for _, c := range res.Calls {
 		assert.Equal(t, "done", c.Status, "call %d", c.Call.ID)
 	}

@@ -330,11 +330,14 @@ func TestReplayMixedClusterOnEmulators(t *testing.T) {
 		assert.Zero(t, r[p].FailedCalls, p)
 		assert.InEpsilon(t, s[p].E2ES, r[p].E2ES-over[p], 0.1, p)
 	}
+	aggs := 0
 	for _, row := range allCallRows(t, repDir) {
 		if row[5] == "Agg" {
+			aggs++
 			assert.Equal(t, "1", row[6], "the aggregator on the TP-2 worker: %v", row)
 		}
 	}
+	assert.Equal(t, 2*16, aggs, "no gate: each of the 16 queries' aggregator calls ran under both policies")
 	logs, err := filepath.Glob(filepath.Join(repDir, "logs", "worker1-Agg-*.log"))
 	require.NoError(t, err)
 	require.NotEmpty(t, logs)

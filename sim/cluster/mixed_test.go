@@ -187,9 +187,22 @@ func TestPerWorkerCosts(t *testing.T) {
 	a100, h100 := (end[0] - start).Seconds(), (end[2] - start).Seconds()
 	t.Logf("32 calls of Llama-3-8B: %.2f s on an A100-80GB, %.2f s on a TP-2 pair of H100-80GB", a100, h100)
 	assert.Less(t, h100, 0.75*a100, "the H100 pair is faster")
-	// The slowdown is the cost models', nothing else: each worker's own predicts it.
+	// The slowdown is the cost models', nothing else: each worker's own predicts it. The same
+	// 32 calls served alone by an engine with the worker's cost model and engine take as long
+	// as the worker took.
+	for _, w := range []policies.WorkerID{0, 2} {
+		s := perWorker[w]["M0"]
+		eng, err := sim.NewEngine(s.Engine, s.Cost)
+		require.NoError(t, err)
+		reqs := make([]sim.Arrival, 32)
+		for j := range reqs {
+			reqs[j] = sim.Arrival{Request: sim.Request{ID: uint64(j), PromptTokens: 512, OutputTokens: 256}}
+		}
+		alone, err := sim.Serve(eng, reqs)
+		require.NoError(t, err)
+		assert.InDelta(t, alone.Makespan.Seconds(), (end[w] - start).Seconds(), 1e-3, "worker %d (%s)", w, mixedHardware[w].gpu)
+	}
 	_, perWorker = mixedSetup(t, 1)
-	assert.NotSame(t, perWorker[0]["M0"].Cost, perWorker[2]["M0"].Cost)
 	assert.Equal(t, perWorker[0]["M0"].Cost, perWorker[1]["M0"].Cost)
 	assert.Greater(t, perWorker[2]["M0"].Engine.NumBlocks, perWorker[0]["M0"].Engine.NumBlocks, "two GPUs hold a larger KV cache")
 }

@@ -1,0 +1,429 @@
+// Package policytest holds test helpers for the policies' tests: a recording fake Backend
+// whose timing can be followed by hand, workload builders (a tiny hand-checkable MoA and a
+// large generated one, with models for the simulated cluster) and run-invariant checks for
+// large runs of a layer-by-layer policy. It is meant for tests only.
+package policytest
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/sim"
+	"github.com/mosaic-sched/mosaic/sim/cluster"
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// PerToken is how long a call takes per output token on a Backend.
+const PerToken = 10 * time.Millisecond
+
+// Backend is a recording fake policies.Backend whose timing can be followed by hand: loading
+// model m takes LoadTimes[m], an unload takes UnloadTime, and a submitted call runs at once,
+// alone, for PerToken per output token (no batching, no queueing). Events due at the same
+// instant come out in the order their actions were taken. Log records every action the
+// Driver carries out, as "<seconds>s <action>".
+type Backend struct {
+	// LoadTimes is how long loading each model takes; loading a model not in it fails.
+	LoadTimes map[string]time.Duration
+	// UnloadTime is how long an unload takes.
+	UnloadTime time.Duration
+	// Log holds the actions carried out, in order, as "<seconds>s <action>".
+	Log []string
+
+	now     time.Duration
+	seq     int
+	pending []fakeEvent
+}
+
+type fakeEvent struct {
+	ev  policies.Event
+	seq int
+}
+
+// Now returns the backend's clock: the time of the last event Next returned.
+func (b *Backend) Now() time.Duration { return b.now }
+
+func (b *Backend) push(e policies.Event) {
+	b.seq++
+	b.pending = append(b.pending, fakeEvent{e, b.seq})
+}
+
+func (b *Backend) record(format string, args ...any) {
+	b.Log = append(b.Log, fmt.Sprintf("%gs ", b.now.Seconds())+fmt.Sprintf(format, args...))
+}
+
+// Load records the load and schedules its EventLoaded LoadTimes[model] from now.
+func (b *Backend) Load(w policies.WorkerID, model string) error {
+	d, ok := b.LoadTimes[model]
+	if !ok {
+		return fmt.Errorf("fake backend: unknown model %s", model)
+	}
+	b.record("load w%d %s", w, model)
+	b.push(policies.Event{Kind: policies.EventLoaded, At: b.now + d, Worker: w, Model: model})
+	return nil
+}
+
+// Unload records the unload and schedules its EventUnloaded UnloadTime from now.
+func (b *Backend) Unload(w policies.WorkerID, model string) error {
+	b.record("unload w%d %s", w, model)
+	b.push(policies.Event{Kind: policies.EventUnloaded, At: b.now + b.UnloadTime, Worker: w, Model: model})
+	return nil
+}
+
+// Submit records the submission and schedules the call's EventDone: it starts now and takes
+// PerToken per output token.
+func (b *Backend) Submit(w policies.WorkerID, c *traces.Call) error {
+	b.record("submit w%d call %d", w, c.ID)
+	end := b.now + time.Duration(c.OutputTokens)*PerToken
+	b.push(policies.Event{Kind: policies.EventDone, At: end, Worker: w, Model: c.Model,
+		Call:   &policies.CallRef{ID: c.ID, Query: c.Query, Role: c.Role, Layer: c.Layer, Model: c.Model, InputTokens: c.InputTokens},
+		Timing: policies.CallTiming{Submitted: b.now, Started: b.now, FirstToken: b.now + PerToken, End: end}})
+	return nil
+}
+
+// Cancel is not supported: it always fails.
+func (b *Backend) Cancel(policies.WorkerID, int) error {
+	return errors.New("fake backend: cancel not supported")
+}
+
+// WakeAt schedules an EventTimer at t, or now if t has passed.
+func (b *Backend) WakeAt(t time.Duration) {
+	b.push(policies.Event{Kind: policies.EventTimer, At: max(t, b.now)})
+}
+
+// Next returns the earliest pending event (the first scheduled among those due at the same
+// instant) and moves the clock to it, or policies.ErrIdle when none is pending.
+func (b *Backend) Next(context.Context) (policies.Event, error) {
+	if len(b.pending) == 0 {
+		return policies.Event{}, policies.ErrIdle
+	}
+	i := 0
+	for j, p := range b.pending {
+		if p.ev.At < b.pending[i].ev.At || p.ev.At == b.pending[i].ev.At && p.seq < b.pending[i].seq {
+			i = j
+		}
+	}
+	ev := b.pending[i].ev
+	b.pending = slices.Delete(b.pending, i, i+1)
+	b.now = ev.At
+	return ev, nil
+}
+
+// TinyMoA is three queries of a two-layer MoA: experts E0, E1, E2 (layer 0) and a gated
+// aggregator AGG reading all three (layer 1). Query q's output tokens of E0, E1, E2 and AGG
+// are {100, 200, 300, 50}, {300, 150, 200, 60} and {200, 260, 100, 70} for q = 0, 1, 2; call
+// IDs are 4q+0 (E0), 4q+1 (E1), 4q+2 (E2), 4q+3 (AGG).
+func TinyMoA(t testing.TB) *traces.Workload {
+	t.Helper()
+	out := [][4]int{
+		{100, 200, 300, 50},
+		{300, 150, 200, 60},
+		{200, 260, 100, 70},
+	}
+	wl := &traces.Workload{Name: "tiny"}
+	for q, o := range out {
+		qu := traces.Query{ID: q, Gold: "A"}
+		var in []traces.Input
+		for i := range 3 {
+			qu.Calls = append(qu.Calls, traces.Call{Role: traces.RoleExpert, Model: fmt.Sprintf("E%d", i), PromptTokens: 100,
+				OutputTokens: o[i], Answer: string(rune('A' + i))})
+			in = append(in, traces.Input{From: i, Tokens: 10})
+		}
+		qu.Calls = append(qu.Calls, traces.Call{Role: traces.RoleAggregator, Model: "AGG", PromptTokens: 100, Inputs: in,
+			OutputTokens: o[3], Answer: "A", Gate: true})
+		wl.Queries = append(wl.Queries, qu)
+	}
+	require.NoError(t, wl.Finish())
+	return wl
+}
+
+// TinyModels returns the models of TinyMoA, in the experiment's order E0, E1, E2, AGG, each
+// holding 0.9 of a worker's memory, so that a worker holds one model at a time.
+func TinyModels() []policies.ModelInfo {
+	var models []policies.ModelInfo
+	for _, m := range []string{"E0", "E1", "E2", "AGG"} {
+		models = append(models, policies.ModelInfo{Name: m, Memory: 0.9})
+	}
+	return models
+}
+
+// SimModels builds the named models, in this order, all Llama-3-8B on A100-80GB with 0.9 of
+// the memory (one model per worker at a time), for the simulated cluster. It returns the
+// Driver's model infos, the cluster's setups and their (shared) cost model.
+func SimModels(t testing.TB, names []string) ([]policies.ModelInfo, map[string]cluster.ModelSetup, *sim.CostModel) {
+	t.Helper()
+	cat := sim.DefaultCatalog()
+	g, err := cat.GPU("A100-80GB")
+	require.NoError(t, err)
+	arch, err := cat.Model("llama-3-8b")
+	require.NoError(t, err)
+	cm, err := sim.NewCostModel(arch, g, sim.DefaultProfile().For(g))
+	require.NoError(t, err)
+	blocks, err := cm.KVBlocks(0.9, 8192, 16)
+	require.NoError(t, err)
+	ec := sim.EngineConfig{MaxNumSeqs: 256, MaxBatchedTokens: 8192, ChunkedPrefill: true, BlockSize: 16, NumBlocks: blocks, WatermarkBlocks: blocks / 100}
+	var infos []policies.ModelInfo
+	setups := map[string]cluster.ModelSetup{}
+	for _, name := range names {
+		infos = append(infos, policies.ModelInfo{Name: name, Arch: arch, Cost: cm, Engine: ec, Memory: 0.9, LoadTime: cm.LoadTime()})
+		setups[name] = cluster.ModelSetup{Cost: cm, Engine: ec}
+	}
+	return infos, setups, cm
+}
+
+// BigMoA generates a MoA workload: k = 3 experts per query drawn (with replacement, skewed)
+// from E0..E5, and a gated aggregator AGG that is none of them.
+func BigMoA(t testing.TB, queries int) *traces.Workload {
+	t.Helper()
+	var experts []traces.ExpertSpec
+	for i := range 6 {
+		out, err := traces.NewLogNormal(float64(200+100*i), float64(1500+300*i), 1, 4000)
+		require.NoError(t, err)
+		experts = append(experts, traces.ExpertSpec{Name: fmt.Sprintf("E%d", i), Output: out, Forward: traces.Uniform{Lo: 20, Hi: 80}, Accuracy: 0.6 + 0.05*float64(i)})
+	}
+	aggOut, err := traces.NewLogNormal(300, 1500, 1, 3000)
+	require.NoError(t, err)
+	wl, err := traces.Generate(traces.GenSpec{Name: "big", Queries: queries, PromptTokens: traces.Uniform{Lo: 50, Hi: 300}, TemplateTokens: 20,
+		Experts: experts, K: 3, Skew: 3,
+		Aggregator: traces.AggregatorSpec{Model: "AGG", Output: aggOut, TemplateTokens: 30, Accuracy: 0.7},
+		Votes:      traces.VoteSpec{Options: 4, ErrorCorrelation: 0.5, Difficulty: 1}}, 7)
+	require.NoError(t, err)
+	return wl
+}
+
+// ClusterUnloadTime is the unload time of the simulated cluster a large run uses;
+// CheckLargeRun relies on it.
+const ClusterUnloadTime = time.Second
+
+// CheckLargeRun checks the properties every run of a layer-by-layer policy must have, derived
+// on their own from the workload, the rule (skip an aggregator whose experts all agree) and
+// the cost model cm and engine configuration ec of every model, on a cluster that unloads in
+// ClusterUnloadTime.
+func CheckLargeRun(t testing.TB, res *policies.Result, wl *traces.Workload, cm *sim.CostModel, ec sim.EngineConfig) {
+	t.Helper()
+	// Which calls must run: every expert; an aggregator unless its experts are unanimous.
+	mustRun := map[int]*traces.Call{}
+	skipped := 0
+	wantTokens := 0
+	for qi := range wl.Queries {
+		q := &wl.Queries[qi]
+		for i := range q.Calls {
+			c := &q.Calls[i]
+			if c.Gate {
+				unanimous := true
+				for _, in := range c.Inputs {
+					a := q.Calls[in.From].Answer
+					unanimous = unanimous && a != "" && a == q.Calls[c.Inputs[0].From].Answer
+				}
+				if unanimous {
+					skipped++
+					continue
+				}
+			}
+			mustRun[c.ID] = c
+			wantTokens += c.OutputTokens
+		}
+	}
+	require.Positive(t, skipped, "the workload should have unanimous queries, for the rule to skip some")
+	require.Less(t, skipped, len(wl.Queries), "the workload should have split queries, whose aggregators run")
+
+	// Every call that must run ran exactly once, done, producing all of its output tokens;
+	// no other call ran.
+	rec := map[int]policies.CallRecord{}
+	produced := 0
+	for _, c := range res.Calls {
+		_, twice := rec[c.Call.ID]
+		require.False(t, twice, "call %d ran twice", c.Call.ID)
+		rec[c.Call.ID] = c
+		_, ok := mustRun[c.Call.ID]
+		require.True(t, ok, "call %d (%s, query %d) ran, but the rule skips it", c.Call.ID, c.Call.Role, c.Call.Query)
+		require.Equal(t, "done", c.Status, "call %d", c.Call.ID)
+		require.Equal(t, c.Call.OutputTokens, c.Produced, "call %d", c.Call.ID)
+		produced += c.Produced
+	}
+	require.Len(t, rec, len(mustRun))
+	require.Equal(t, wantTokens, produced, "output tokens of the calls that ran")
+
+	// Every load takes the cost model's load time; a worker holds one model at a time, so a
+	// model it loaded stays until the worker starts its next load.
+	perWorker := map[policies.WorkerID][]policies.LoadRecord{}
+	for _, l := range res.Loads {
+		require.Equal(t, cm.LoadTime(), l.End-l.Start, "load of %s on worker %d", l.Model, l.Worker)
+		perWorker[l.Worker] = append(perWorker[l.Worker], l)
+	}
+	for w, ls := range perWorker {
+		slices.SortFunc(ls, func(a, b policies.LoadRecord) int { return cmp.Compare(a.Start, b.Start) })
+		for i := 1; i < len(ls); i++ {
+			require.GreaterOrEqual(t, ls[i].Start-ls[i-1].End, ClusterUnloadTime, "worker %d loads %s before %s can be unloaded", w, ls[i].Model, ls[i-1].Model)
+		}
+	}
+	// A call runs on a worker that finished loading its model before the call was submitted,
+	// and ends before the worker starts loading another model.
+	for _, c := range res.Calls {
+		ls := perWorker[c.Worker]
+		ok := false
+		for i, l := range ls {
+			if l.Model != c.Call.Model || l.End > c.Timing.Submitted {
+				continue
+			}
+			if i+1 == len(ls) || c.Timing.End <= ls[i+1].Start {
+				ok = true
+			}
+		}
+		require.True(t, ok, "call %d of %s ran on worker %d from %v to %v without the model loaded throughout", c.Call.ID, c.Call.Model, c.Worker,
+			c.Timing.Started, c.Timing.End)
+		require.True(t, c.Timing.Submitted <= c.Timing.Started && c.Timing.Started < c.Timing.End, "call %d timing %+v", c.Call.ID, c.Timing)
+	}
+
+	// A call starts after the calls it reads ended, and, the barrier, after every call of
+	// every lower layer ended.
+	layerEnd := map[int]time.Duration{}
+	maxLayer := 0
+	for _, c := range res.Calls {
+		layerEnd[c.Call.Layer] = max(layerEnd[c.Call.Layer], c.Timing.End)
+		maxLayer = max(maxLayer, c.Call.Layer)
+	}
+	require.Equal(t, 1, maxLayer)
+	for _, c := range res.Calls {
+		q := &wl.Queries[c.Call.Query]
+		for _, in := range c.Call.Inputs {
+			from := rec[q.Calls[in.From].ID]
+			require.GreaterOrEqual(t, c.Timing.Started, from.Timing.End, "call %d started before its input %d ended", c.Call.ID, from.Call.ID)
+		}
+		for l := range c.Call.Layer {
+			require.GreaterOrEqual(t, c.Timing.Started, layerEnd[l], "call %d of layer %d started before layer %d ended", c.Call.ID, c.Call.Layer, l)
+		}
+	}
+
+	// The makespan is at least each worker's own work: its loads and the unloads between them,
+	// and, for each model it served, the engine iterations its calls there need. A call of n
+	// output tokens needs n iterations, each at least the cost model's one-token iteration
+	// f(1); the model's T output tokens there need iterations of at most MaxNumSeqs
+	// sequences, and an iteration of b decoding sequences takes at least f(b), whose time per
+	// token f(b)/b falls with b, so they take at least T * f(MaxNumSeqs) / MaxNumSeqs. The
+	// barrier adds: the first load, the longest expert call and the longest aggregator call
+	// in sequence.
+	f := func(b int) time.Duration {
+		return time.Duration(cm.IterationSeconds(sim.Batch{Tokens: b, AttentionPairs: float64(b), KVTokens: float64(b), Seqs: b, Sampled: b}) * 1e9)
+	}
+	minIter, tokenTime := f(1), f(ec.MaxNumSeqs)/time.Duration(ec.MaxNumSeqs)
+	require.Positive(t, tokenTime)
+	makespan := res.Summary().E2E
+	type wm struct {
+		w policies.WorkerID
+		m string
+	}
+	longest, sum := map[wm]int{}, map[wm]int{}
+	var longestLayer [2]int
+	for _, c := range res.Calls {
+		k := wm{c.Worker, c.Call.Model}
+		longest[k] = max(longest[k], c.Produced)
+		sum[k] += c.Produced
+		longestLayer[c.Call.Layer] = max(longestLayer[c.Call.Layer], c.Produced)
+	}
+	busy := map[policies.WorkerID]time.Duration{}
+	for w, ls := range perWorker {
+		busy[w] = time.Duration(len(ls))*cm.LoadTime() + time.Duration(len(ls)-1)*ClusterUnloadTime
+	}
+	for k, n := range longest {
+		busy[k.w] += max(time.Duration(n)*minIter, time.Duration(sum[k])*tokenTime)
+	}
+	for w, b := range busy {
+		require.GreaterOrEqual(t, makespan, b, "worker %d's loads and iterations alone take %v", w, b)
+	}
+	critical := cm.LoadTime() + time.Duration(longestLayer[0]+longestLayer[1])*minIter
+	require.GreaterOrEqual(t, makespan, critical)
+	t.Logf("%d calls ran, %d aggregators skipped; makespan %v, lower bounds: critical path %v, busiest worker %v",
+		len(res.Calls), skipped, makespan, critical, slices.Max(slices.Collect(maps.Values(busy))))
+}
+
+// RunTiny runs policy p on two workers over TinyMoA with the TinyModels, never skipping an
+// aggregator, on a Backend whose loads take E0 10s, E1 20s, E2 15s and AGG 25s and whose
+// unloads take 0.5s. It returns the backend (its Log) and the Driver's result.
+func RunTiny(t testing.TB, p policies.Policy) (*Backend, *policies.Result) {
+	t.Helper()
+	b := &Backend{UnloadTime: 500 * time.Millisecond, LoadTimes: map[string]time.Duration{
+		"E0": 10 * time.Second, "E1": 20 * time.Second, "E2": 15 * time.Second, "AGG": 25 * time.Second}}
+	d, err := policies.NewDriver(b, p, policies.NeverSkip(), TinyMoA(t), TinyModels(), 2)
+	require.NoError(t, err)
+	res, err := d.Run(context.Background())
+	require.NoError(t, err)
+	return b, res
+}
+
+// Served is who served a call, and from when to when.
+type Served struct {
+	Worker     policies.WorkerID
+	Start, End time.Duration
+}
+
+// TinyWant is what a run over TinyMoA (RunTiny) must give, worked out by hand.
+type TinyWant struct {
+	// Log is the Backend's log: every action the Driver carried out, in order.
+	Log []string
+	// Loads are the Driver's load records, in completion order.
+	Loads []policies.LoadRecord
+	// Served is who served each call, and when, by call ID.
+	Served map[int]Served
+}
+
+// CheckTiny runs policy p over TinyMoA (RunTiny) and checks the Backend's log, the Driver's
+// load records and who served each call when against want, and that every call is done.
+func CheckTiny(t testing.TB, p policies.Policy, want TinyWant) {
+	t.Helper()
+	b, res := RunTiny(t, p)
+	assert.Equal(t, want.Log, b.Log)
+	assert.Equal(t, want.Loads, res.Loads)
+	got := map[int]Served{}
+	for _, c := range res.Calls {
+		assert.Equal(t, "done", c.Status, "call %d", c.Call.ID)
+		got[c.Call.ID] = Served{c.Worker, c.Timing.Started, c.Timing.End}
+	}
+	assert.Equal(t, want.Served, got)
+}
+
+// Ms is n milliseconds.
+func Ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+// LargeModels returns the models of BigMoA, in the experiment's order: E0..E5, then AGG.
+func LargeModels() []string { return []string{"E0", "E1", "E2", "E3", "E4", "E5", "AGG"} }
+
+// LargeWorkers is the number of workers of RunLarge's simulated cluster.
+const LargeWorkers = 4
+
+// RunLarge runs policy p over 2000 BigMoA queries on LargeWorkers workers of the simulated
+// cluster (the SimModels of LargeModels, unloading in ClusterUnloadTime), skipping an
+// aggregator whose experts all agree, checks the invariants of any run (CheckLargeRun) and
+// returns the Driver's result.
+func RunLarge(t testing.TB, p policies.Policy) *policies.Result {
+	t.Helper()
+	infos, setups, cm := SimModels(t, LargeModels())
+	wl := BigMoA(t, 2000)
+	cl, err := cluster.New(cluster.Config{Workers: LargeWorkers, Models: setups, UnloadTime: ClusterUnloadTime})
+	require.NoError(t, err)
+	d, err := policies.NewDriver(cl, p, policies.ConfidenceSkip{Threshold: 1}, wl, infos, LargeWorkers)
+	require.NoError(t, err)
+	res, err := d.Run(context.Background())
+	require.NoError(t, err)
+	CheckLargeRun(t, res, wl, cm, infos[0].Engine)
+	return res
+}
+
+// LoadOrder returns the models each worker loaded, in the order of res.Loads (completion
+// order; a worker's loads complete in the order it started them).
+func LoadOrder(res *policies.Result) map[policies.WorkerID][]string {
+	loaded := map[policies.WorkerID][]string{}
+	for _, l := range res.Loads {
+		loaded[l.Worker] = append(loaded[l.Worker], l.Model)
+	}
+	return loaded
+}
