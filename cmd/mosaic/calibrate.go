@@ -230,24 +230,28 @@ func runCalibrate(args []string, stdout io.Writer) error {
 		for _, g := range gpuOrder {
 			names = append(names, g.Name)
 		}
-		f, err := os.Create(*out)
-		if err != nil {
-			return err
-		}
-		header := []string{
-			"Cost-model profile written by: mosaic " + strings.Join(os.Args[1:], " "),
+		return writeProfile(*out, prof,
+			"Cost-model profile written by: mosaic "+strings.Join(os.Args[1:], " "),
 			fmt.Sprintf("GPUs: %s; %d measured rows; MAPE %.2f%%.", strings.Join(names, ", "), len(preds), calibrate.MAPE(preds)),
-			"[default] holds the coefficients used for GPUs without their own entry.",
-		}
-		if err := prof.Write(f, header...); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
-			return err
-		}
-		slog.Info("profile written", "file", *out)
+			"[default] holds the coefficients used for GPUs without their own entry.")
 	}
+	return nil
+}
+
+// writeProfile writes a fitted cost-model profile to path, its header lines first.
+func writeProfile(path string, prof *sim.Profile, header ...string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := prof.Write(f, header...); err != nil {
+		f.Close()
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	slog.Info("profile written", "file", path)
 	return nil
 }
 

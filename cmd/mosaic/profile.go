@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/mosaic-sched/mosaic/replay"
@@ -57,11 +56,11 @@ func runProfile(args []string, stdout io.Writer) error {
 	case !(*util > 0) || *util > 1:
 		return fmt.Errorf("%w: --gpu-memory-utilization must be in (0, 1], got %g", errUsage, *util)
 	}
-	ls, err := ints(*lengths)
+	ls, err := parseCounts(*lengths)
 	if err != nil {
 		return fmt.Errorf("%w: --lengths: %v", errUsage, err)
 	}
-	bs, err := ints(*batches)
+	bs, err := parseCounts(*batches)
 	if err != nil {
 		return fmt.Errorf("%w: --batches: %v", errUsage, err)
 	}
@@ -124,31 +123,8 @@ func runProfile(args []string, stdout io.Writer) error {
 		return err
 	}
 	if *out != "" {
-		f, err := os.Create(*out)
-		if err != nil {
-			return err
-		}
-		if err := prof.Write(f, "Cost-model profile written by: mosaic "+strings.Join(os.Args[1:], " "),
-			fmt.Sprintf("%s on %s, %d measurements, MAPE %.2f%%; [gpu.%s] is fitted, [default] is the built-in one.", m.ID, g.Name, len(preds), calibrate.MAPE(preds), strings.ToLower(g.Name))); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
-			return err
-		}
-		slog.Info("profile written", "file", *out)
+		return writeProfile(*out, prof, "Cost-model profile written by: mosaic "+strings.Join(os.Args[1:], " "),
+			fmt.Sprintf("%s on %s, %d measurements, MAPE %.2f%%; [gpu.%s] is fitted, [default] is the built-in one.", m.ID, g.Name, len(preds), calibrate.MAPE(preds), strings.ToLower(g.Name)))
 	}
 	return nil
-}
-
-func ints(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("want positive integers separated by commas, got %q", s)
-		}
-		out = append(out, v)
-	}
-	return out, nil
 }
