@@ -525,16 +525,21 @@ func (r *Resolved) genSpec(m *GraphWorkload) error {
 // checkLengths rejects calls an engine of their model could not serve, naming the model: on a
 // mixed cluster, any engine of a group the model runs on.
 func (r *Resolved) checkLengths(wl *traces.Workload) error {
+	seen := map[string]*ResolvedModel{} // by the name as the calls write it
 	for _, q := range wl.Queries {
 		for _, c := range q.Calls {
 			if c.IsTool() {
 				continue
 			}
-			rm, _ := r.Model(c.Model)
-			idx := r.modelIndex(c.Model)
+			rm, ok := seen[c.Model]
+			if !ok {
+				rm, _ = r.Model(c.Model)
+				seen[c.Model] = rm
+			}
+			idx := func() int { return r.modelIndex(c.Model) }
 			total := c.InputTokens + c.OutputTokens
 			if total > rm.Arch.MaxModelLen {
-				return r.errorf(modelKey(idx, "output_tokens"), "query %d: a %s call of %d prompt and %d output tokens exceeds %s's max_model_len %d; lower the maximum output length",
+				return r.errorf(modelKey(idx(), "output_tokens"), "query %d: a %s call of %d prompt and %d output tokens exceeds %s's max_model_len %d; lower the maximum output length",
 					q.ID, c.Label(), c.InputTokens, c.OutputTokens, rm.Arch.ID, rm.Arch.MaxModelLen)
 			}
 			for gi, gm := range rm.OnGroup {
@@ -547,7 +552,7 @@ func (r *Resolved) checkLengths(wl *traces.Workload) error {
 						g := r.Groups[gi]
 						where = fmt.Sprintf("%s (%s)", g.Key, g.Hardware())
 					}
-					return r.errorf(modelKey(idx, "arch"), "query %d: a %s call of %d tokens does not fit the KV cache of %s on %s (%d tokens)",
+					return r.errorf(modelKey(idx(), "arch"), "query %d: a %s call of %d tokens does not fit the KV cache of %s on %s (%d tokens)",
 						q.ID, c.Label(), total, rm.Arch.ID, where, gm.Engine.NumBlocks*gm.Engine.BlockSize)
 				}
 			}

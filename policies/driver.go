@@ -32,7 +32,9 @@ type Driver struct {
 	workload *traces.Workload
 	models   []ModelInfo
 	byName   map[string]int
-	workers  int
+	// refs is the unused rest of the block refPtr carves event references from.
+	refs    []CallRef
+	workers int
 	// Progress, when set, is called after every finished call with the number done and total.
 	Progress func(done, total int)
 	// CallDone, when set, is called with the record of every call as it finishes (or fails),
@@ -498,6 +500,22 @@ func (d *Driver) ref(id int) CallRef {
 		Ready: cs.ready, Inputs: len(c.Inputs), Confidence: cs.confidence, Final: cs.final, Open: cs.open}
 }
 
+// refPtr returns a new reference to call id for an event. References are carved from a
+// shared block (one allocation per refBlock events instead of one each); an event's
+// reference is never written after it is handed out.
+func (d *Driver) refPtr(id int) *CallRef {
+	if len(d.refs) == 0 {
+		d.refs = make([]CallRef, refBlock)
+	}
+	r := &d.refs[0]
+	*r = d.ref(id)
+	d.refs = d.refs[1:]
+	return r
+}
+
+// refBlock is how many event references refPtr allocates at once.
+const refBlock = 256
+
 // backlog counts the calls of model released and not finished: ready (open ones included)
 // or in flight.
 func (d *Driver) backlog(model string) int {
@@ -641,8 +659,7 @@ func (d *Driver) decide(ch int, now time.Duration, released []CallRef, events *[
 			d.skip(ch, dec, now, events)
 			if queued {
 				// Released open and not submitted: withdrawn, as a cancelled ready call.
-				ref := d.ref(ch)
-				*events = append(*events, Event{Kind: EventCancelled, At: now, Worker: -1, Model: cs.call.Model, Call: &ref})
+				*events = append(*events, Event{Kind: EventCancelled, At: now, Worker: -1, Model: cs.call.Model, Call: d.refPtr(ch)})
 			}
 			return d.settle(ch, now, released, events)
 		}
@@ -709,8 +726,7 @@ func (d *Driver) cancel(id int, now time.Duration, released []CallRef, events *[
 	d.counts(cs.call).remaining--
 	d.total--
 	if cs.status == callCancelled && !cs.call.IsTool() {
-		ref := d.ref(id)
-		*events = append(*events, Event{Kind: EventCancelled, At: now, Worker: -1, Model: cs.call.Model, Call: &ref})
+		*events = append(*events, Event{Kind: EventCancelled, At: now, Worker: -1, Model: cs.call.Model, Call: d.refPtr(id)})
 	}
 	return d.settle(id, now, released, events)
 }
@@ -732,8 +748,7 @@ func (d *Driver) skip(id int, dec Decision, now time.Duration, events *[]Event) 
 	d.counts(c).remaining--
 	d.total--
 	d.queries[c.Query].skipped++
-	ref := d.ref(id)
-	*events = append(*events, Event{Kind: EventSkipped, At: now, Query: c.Query, Call: &ref})
+	*events = append(*events, Event{Kind: EventSkipped, At: now, Query: c.Query, Call: d.refPtr(id)})
 }
 
 // adjustInputs gives call id a prompt of what its inputs really forward: nothing from a
@@ -927,8 +942,7 @@ func (d *Driver) finish(ev *Event) ([]Event, error) {
 			cs.err = ev.Err.Error()
 		}
 	}
-	ref := d.ref(id)
-	ev.Call = &ref
+	ev.Call = d.refPtr(id)
 	d.loadsIdle = 0
 	d.ws[cs.worker].inflight[cs.call.Model]--
 	d.counts(cs.call).remaining--
@@ -956,8 +970,7 @@ func (d *Driver) stopped(ev *Event) error {
 	if ev.Kind == EventDone {
 		cs.produced = cs.call.OutputTokens
 	}
-	ref := d.ref(id)
-	ev.Call = &ref
+	ev.Call = d.refPtr(id)
 	ev.Worker = cs.worker
 	d.loadsIdle = 0
 	d.ws[cs.worker].inflight[cs.call.Model]--

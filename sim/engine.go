@@ -170,6 +170,7 @@ type Engine struct {
 	free    int
 	it      Iteration
 	sched   []*seqState // sequences scheduled in the current step
+	spare   []*seqState // finished sequences' states, reused by Add
 	preempt bool        // a preemption happened in the current step
 	// prefix is the prefix cache (nil without prefix caching); evictable counts its
 	// unreferenced blocks, which are part of free.
@@ -217,7 +218,14 @@ func (e *Engine) Add(r Request) error {
 	if !e.cfg.ChunkedPrefill && total > e.cfg.MaxBatchedTokens {
 		return fmt.Errorf("request %d: %d tokens exceed the token budget %d and chunked prefill is off", r.ID, total, e.cfg.MaxBatchedTokens)
 	}
-	e.waiting = append(e.waiting, &seqState{req: r})
+	var s *seqState
+	if n := len(e.spare); n > 0 {
+		s, e.spare = e.spare[n-1], e.spare[:n-1]
+		*s = seqState{req: r}
+	} else {
+		s = &seqState{req: r}
+	}
+	e.waiting = append(e.waiting, s)
 	if r.Open {
 		e.opens++
 	}
@@ -569,6 +577,7 @@ func (e *Engine) finish(it *Iteration) {
 			e.release(s)
 			s.blocks = 0
 			it.Finished = append(it.Finished, s.req.ID)
+			e.spare = append(e.spare, s) // no other reference to it remains past this iteration
 			continue
 		}
 		kept = append(kept, s)

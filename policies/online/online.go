@@ -593,7 +593,9 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 			waiting = append(waiting, m)
 		}
 	}
-	slices.SortStableFunc(waiting, func(a, b string) int { return cmp.Compare(p.queues[a].since, p.queues[b].since) })
+	if len(waiting) > 1 {
+		slices.SortStableFunc(waiting, func(a, b string) int { return cmp.Compare(p.queues[a].since, p.queues[b].since) })
+	}
 	for _, m := range waiting {
 		if replicas[m] > 0 {
 			continue
