@@ -1,0 +1,122 @@
+package online
+
+import (
+	"cmp"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/policies/internal/policytest"
+)
+
+// TestQueueOrder pushes calls in a scrambled order and checks they come out deepest layer
+// first, then the oldest query's, then in release order.
+func TestQueueOrder(t *testing.T) {
+	var q queue
+	type in struct{ id, layer int }
+	// arrival of call id's query: 10s for ids < 10, else 5s (an older query).
+	arrival := func(id int) time.Duration {
+		if id < 10 {
+			return 10 * time.Second
+		}
+		return 5 * time.Second
+	}
+	for _, c := range []in{{1, 0}, {11, 0}, {2, 1}, {3, 0}, {12, 1}, {13, 0}, {4, 1}} {
+		q.seq++
+		q.push(queued{ref: policies.CallRef{ID: c.id, Layer: c.layer}, arrival: arrival(c.id), seq: q.seq})
+	}
+	var got []int
+	for len(q.calls) > 0 {
+		got = append(got, q.pop().ref.ID)
+	}
+	// Layer 1: 12 (older query), then 2 and 4 in release order; layer 0: 11, 13, then 1, 3.
+	assert.Equal(t, []int{12, 2, 4, 11, 13, 1, 3}, got)
+}
+
+// TestOnlineLargeRun runs the online policy over 2,000 generated MoA queries on four workers
+// of the simulated cluster with the invariants of any run (policytest.CheckLargeRun, without
+// the layer barrier: this policy has none), and checks the policy's own rules: no worker has
+// more calls in flight than MaxInFlight, a worker never serves two models at once, and calls
+// do cross layers (an aggregator starts while expert calls of other queries still run).
+func TestOnlineLargeRun(t *testing.T) {
+	const maxInFlight = 8
+	p := New(Options{MaxInFlight: maxInFlight})
+	res := policytest.RunLargeWith(t, p, false)
+	require.NotEmpty(t, p.Placements(), "the policy records its placement")
+
+	type edge struct {
+		t     time.Duration
+		delta int
+		model string
+	}
+	perWorker := map[policies.WorkerID][]edge{}
+	for _, c := range res.Calls {
+		w := c.Worker
+		perWorker[w] = append(perWorker[w], edge{c.Timing.Submitted, +1, c.Call.Model}, edge{c.Timing.End, -1, c.Call.Model})
+	}
+	require.Len(t, perWorker, policytest.LargeWorkers, "every worker serves calls")
+	for w, es := range perWorker {
+		// Ends before submissions at one instant: a finished call's slot is free again.
+		slices.SortFunc(es, func(a, b edge) int { return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.delta, b.delta)) })
+		n, peak := 0, 0
+		models := map[string]int{}
+		for _, e := range es {
+			n += e.delta
+			peak = max(peak, n)
+			models[e.model] += e.delta
+			if models[e.model] == 0 {
+				delete(models, e.model)
+			}
+			require.LessOrEqual(t, len(models), 1, "worker %d has calls of %v in flight at %v", w, models, e.t)
+		}
+		require.LessOrEqual(t, peak, maxInFlight, "worker %d", w)
+		require.Equal(t, maxInFlight, peak, "worker %d never fills its %d slots", w, maxInFlight)
+	}
+
+	lastExpert := time.Duration(0)
+	firstAgg := time.Duration(1<<63 - 1)
+	for _, c := range res.Calls {
+		if c.Call.Layer == 0 {
+			lastExpert = max(lastExpert, c.Timing.End)
+		} else {
+			firstAgg = min(firstAgg, c.Timing.Started)
+		}
+	}
+	require.Less(t, firstAgg, lastExpert, "no aggregator started before the last expert call ended: a barrier")
+}
+
+// TestOnlineLeastOutstanding checks dispatch among replicas: each call goes to the replica
+// with the least expected outstanding work that has room.
+func TestOnlineLeastOutstanding(t *testing.T) {
+	p := New(Options{MaxInFlight: 2})
+	p.models = []string{"M"}
+	p.meanOut = map[string]float64{"M": 100}
+	p.queues = map[string]*queue{"M": {}}
+	p.dropped = map[int]bool{}
+	p.held, p.unsent, p.arrival = map[int][]policies.CallRef{}, map[int]int{}, map[int]time.Duration{}
+	p.released = map[string]int{}
+	for w := range 3 {
+		p.workers = append(p.workers, &worker{id: policies.WorkerID(w), active: "M", held: []string{"M"}, inflight: map[int]float64{}})
+	}
+	// Worker 0 has 250 tokens outstanding in one call, worker 1 none, worker 2 is loading.
+	p.workers[0].inflight[100], p.workers[0].outstanding = 250, 250
+	p.workers[2].loading = true
+	var calls []policies.CallRef
+	for i := range 4 {
+		calls = append(calls, policies.CallRef{ID: i, Query: i, Model: "M", Ready: time.Duration(i)})
+	}
+	p.enqueue(calls)
+	acts := p.dispatch(nil)
+	// Call 0 to worker 1 (0 outstanding < 250), call 1 to worker 1 too (100 < 250), call 2 to
+	// worker 0 (worker 1 has less, 200, but is full at 2), call 3 waits (both full, worker 2
+	// still loading).
+	want := []policies.Action{policies.Submit(1, 0), policies.Submit(1, 1), policies.Submit(0, 2)}
+	assert.Equal(t, want, acts)
+	assert.Len(t, p.queues["M"].calls, 1, "call 3 waits")
+	assert.InDelta(t, 350, p.workers[0].outstanding, 1e-9)
+	assert.InDelta(t, 200, p.workers[1].outstanding, 1e-9)
+}
