@@ -342,7 +342,7 @@ func rewriteRows[R traces.Recorder](path string, read func(string) ([]R, error),
 	if len(kept) == len(rows) {
 		return rows, nil
 	}
-	return kept, writeCSVFile(path, header, kept)
+	return kept, writeCSVFile(path, header, slices.Values(kept))
 }
 
 // trimTornLine cuts a file appended line by line back to its last complete line (ending in a
@@ -591,7 +591,7 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 // writeSummary sets the rows' speedups over the first and writes summary.csv.
 func writeSummary(dir string, rows []traces.SummaryRow) error {
 	setSpeedups(rows)
-	return writeCSVFile(filepath.Join(dir, "summary.csv"), traces.SummaryHeader, rows)
+	return writeCSVFile(filepath.Join(dir, "summary.csv"), traces.SummaryHeader, slices.Values(rows))
 }
 
 // fingerprint identifies the experiment as resolved (file, overrides and seed included, the

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"iter"
 	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -197,13 +199,20 @@ func speedup(base, d float64) float64 {
 
 // CallRows returns the rows of calls.csv for every result, in policy then call order.
 func CallRows(results []*policies.Result) []traces.CallRow {
-	var rows []traces.CallRow
-	for _, res := range results {
-		for _, c := range res.Calls {
-			rows = append(rows, CallRow(res.Policy, c))
+	return slices.Collect(callRowSeq(results))
+}
+
+// callRowSeq yields CallRows' rows one at a time.
+func callRowSeq(results []*policies.Result) iter.Seq[traces.CallRow] {
+	return func(yield func(traces.CallRow) bool) {
+		for _, res := range results {
+			for _, c := range res.Calls {
+				if !yield(CallRow(res.Policy, c)) {
+					return
+				}
+			}
 		}
 	}
-	return rows
 }
 
 // CallRow is the calls.csv row of one call record.
@@ -216,29 +225,36 @@ func CallRow(policy string, c policies.CallRecord) traces.CallRow {
 
 // QueryRows returns the rows of queries.csv for every result, in policy then query order.
 func QueryRows(wl *traces.Workload, slo policies.SLO, results []*policies.Result) []traces.QueryRow {
-	var rows []traces.QueryRow
-	for _, res := range results {
-		calls := make([]int, len(res.Queries))
-		for _, c := range res.Calls {
-			calls[c.Call.Query]++
-		}
-		for qi, q := range res.Queries {
-			wq := &wl.Queries[qi]
-			row := traces.QueryRow{Policy: res.Policy, Query: qi, Dataset: wq.Dataset, Category: wq.Category,
-				ArrivalS: q.Arrival.Seconds(), FirstTokenS: q.FirstToken.Seconds(), EndS: q.End.Seconds(),
-				LatencyS: q.Latency().Seconds(), TTFTS: q.TTFT().Seconds(), QueueS: q.Queue.Seconds(),
-				Calls: calls[qi], SkippedCalls: q.SkippedCalls, FinalSkipped: q.Skipped, Answer: q.Final, Gold: q.Gold,
-				Correct: -1, SLOMet: -1}
-			if q.Gold != "" {
-				row.Correct = b2i(q.Final == q.Gold)
+	return slices.Collect(queryRowSeq(wl, slo, results))
+}
+
+// queryRowSeq yields QueryRows' rows one at a time.
+func queryRowSeq(wl *traces.Workload, slo policies.SLO, results []*policies.Result) iter.Seq[traces.QueryRow] {
+	return func(yield func(traces.QueryRow) bool) {
+		for _, res := range results {
+			calls := make([]int, len(res.Queries))
+			for _, c := range res.Calls {
+				calls[c.Call.Query]++
 			}
-			if slo.Set() {
-				row.SLOMet = b2i(slo.Met(q))
+			for qi, q := range res.Queries {
+				wq := &wl.Queries[qi]
+				row := traces.QueryRow{Policy: res.Policy, Query: qi, Dataset: wq.Dataset, Category: wq.Category,
+					ArrivalS: q.Arrival.Seconds(), FirstTokenS: q.FirstToken.Seconds(), EndS: q.End.Seconds(),
+					LatencyS: q.Latency().Seconds(), TTFTS: q.TTFT().Seconds(), QueueS: q.Queue.Seconds(),
+					Calls: calls[qi], SkippedCalls: q.SkippedCalls, FinalSkipped: q.Skipped, Answer: q.Final, Gold: q.Gold,
+					Correct: -1, SLOMet: -1}
+				if q.Gold != "" {
+					row.Correct = b2i(q.Final == q.Gold)
+				}
+				if slo.Set() {
+					row.SLOMet = b2i(slo.Met(q))
+				}
+				if !yield(row) {
+					return
+				}
 			}
-			rows = append(rows, row)
 		}
 	}
-	return rows
 }
 
 func b2i(b bool) int {
@@ -375,16 +391,16 @@ func (run *Run) WriteDir(dir string, info RunInfo, host HostInfo) error {
 	info = run.Experiment.runInfo(run.Mode, info)
 	g := run.Experiment.Graph
 	path := func(name string) string { return filepath.Join(dir, name) }
-	if err := writeCSVFile(path("summary.csv"), traces.SummaryHeader, run.Summaries); err != nil {
+	if err := writeCSVFile(path("summary.csv"), traces.SummaryHeader, slices.Values(run.Summaries)); err != nil {
 		return err
 	}
-	if err := writeCSVFile(path("calls.csv"), traces.CallHeader, CallRows(run.Results)); err != nil {
+	if err := writeCSVFile(path("calls.csv"), traces.CallHeader, callRowSeq(run.Results)); err != nil {
 		return err
 	}
-	if err := writeCSVFile(path("queries.csv"), traces.QueryHeader, QueryRows(g.Workload, g.SLO, run.Results)); err != nil {
+	if err := writeCSVFile(path("queries.csv"), traces.QueryHeader, queryRowSeq(g.Workload, g.SLO, run.Results)); err != nil {
 		return err
 	}
-	if err := writeCSVFile(path("workers.csv"), traces.WorkerHeader, WorkerRows(run.Results)); err != nil {
+	if err := writeCSVFile(path("workers.csv"), traces.WorkerHeader, slices.Values(WorkerRows(run.Results))); err != nil {
 		return err
 	}
 	if err := writeJSON(filepath.Join(dir, "run.json"), info); err != nil {
@@ -411,13 +427,13 @@ func (r *Resolved) runInfo(mode string, info RunInfo) RunInfo {
 
 // writeCSVFile writes a results CSV (header and rows) through a temporary file renamed into
 // place, so that a reader, or a run resumed after a crash, never sees half a file.
-func writeCSVFile[R traces.Recorder](path string, header []string, rows []R) error {
+func writeCSVFile[R traces.Recorder](path string, header []string, rows iter.Seq[R]) error {
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	f, err := os.Create(tmp)
 	if err != nil {
 		return err
 	}
-	if err := traces.WriteCSV(f, header, rows); err != nil {
+	if err := traces.WriteCSVSeq(f, header, rows); err != nil {
 		f.Close()
 		return fmt.Errorf("writing %s: %w", path, err)
 	}

@@ -102,7 +102,7 @@ func (d *Driver) SetEarlyExit(e *EarlyExit) { d.exit = e }
 
 type counts struct{ expected, remaining int }
 
-type callStatus int
+type callStatus uint8
 
 const (
 	callWaiting callStatus = iota // not released
@@ -129,7 +129,6 @@ func (s callStatus) finished() bool {
 
 type callState struct {
 	call   *traces.Call // the workload's call, or the Driver's copy when its inputs changed
-	status callStatus
 	worker WorkerID
 	ready  time.Duration
 	timing CallTiming
@@ -142,19 +141,22 @@ type callState struct {
 	confidence float64
 	// pass is how many tokens a skipped call forwards to the calls that read it: those of the
 	// input that carried its majority answer.
-	pass  int
-	final bool
+	pass int
 	// cancelledAt is when the call was cancelled, and produced the output tokens it had
 	// produced when it stopped (a submitted call's, reported by the backend).
 	cancelledAt time.Duration
 	produced    int
+	// sent is the prompt tokens given to its worker so far when it was submitted open.
+	sent int
+	// The small fields last, packed (400,000 calls in a large run).
+	status callStatus
+	final  bool
 	// ran says a cancelled call had been submitted (its record goes to the results).
 	ran bool
-	// open says the call was released before its inputs finished (overlap); sent is the
-	// prompt tokens given to its worker so far when it was submitted open, and aborting
-	// that it was skipped after that and its worker has not yet reported it stopped.
+	// open says the call was released before its inputs finished (overlap), and aborting
+	// that it was skipped after being submitted open and its worker has not yet reported it
+	// stopped.
 	open     bool
-	sent     int
 	aborting bool
 }
 

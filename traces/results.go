@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"os"
+	"slices"
 	"strconv"
 )
 
@@ -168,11 +170,17 @@ type Recorder interface{ Record() []string }
 
 // WriteCSV writes a header and rows.
 func WriteCSV[R Recorder](w io.Writer, header []string, rows []R) error {
+	return WriteCSVSeq(w, header, slices.Values(rows))
+}
+
+// WriteCSVSeq is WriteCSV for rows made one at a time (a large run's calls need not be held
+// as rows all at once).
+func WriteCSVSeq[R Recorder](w io.Writer, header []string, rows iter.Seq[R]) error {
 	cw := csv.NewWriter(w)
 	if err := cw.Write(header); err != nil {
 		return err
 	}
-	for _, r := range rows {
+	for r := range rows {
 		if err := cw.Write(r.Record()); err != nil {
 			return err
 		}
