@@ -39,7 +39,7 @@ func expertProblem(tb testing.TB, n, w int) solver.Problem {
 		require.NoError(tb, err)
 		cm, err := sim.NewCostModel(arch, g, sim.DefaultProfile().For(g))
 		require.NoError(tb, err)
-		blocks, err := cm.KVBlocks(0.9, 8192, 16)
+		ec, err := sim.DefaultEngine().WithKVCache(cm, 0.9)
 		require.NoError(tb, err)
 		var out traces.LengthDist
 		if i%6 < 2 {
@@ -50,7 +50,7 @@ func expertProblem(tb testing.TB, n, w int) solver.Problem {
 		require.NoError(tb, err)
 		name := fmt.Sprintf("E%02d", i)
 		infos = append(infos, policies.ModelInfo{Name: name, Arch: arch, Cost: cm, Output: out, Memory: 0.9, LoadTime: cm.LoadTime(),
-			Engine: sim.EngineConfig{MaxNumSeqs: 256, MaxBatchedTokens: 8192, ChunkedPrefill: true, BlockSize: 16, NumBlocks: blocks, WatermarkBlocks: blocks / 100}})
+			Engine: ec})
 		demand = append(demand, mosaic.Demand{Model: name, Calls: max(1, int(6300*weights[i]/total)), Prompt: 250})
 	}
 	sp, err := mosaic.PlanStage(context.Background(), infos, nil, demand, w, nil, nil, 10*time.Second)

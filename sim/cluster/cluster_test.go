@@ -29,9 +29,8 @@ func setup(t *testing.T, n int) ([]policies.ModelInfo, map[string]cluster.ModelS
 	require.NoError(t, err)
 	cm, err := sim.NewCostModel(arch, g, sim.DefaultProfile().For(g))
 	require.NoError(t, err)
-	blocks, err := cm.KVBlocks(0.9, 8192, 16)
+	ec, err := sim.DefaultEngine().WithKVCache(cm, 0.9)
 	require.NoError(t, err)
-	ec := sim.EngineConfig{MaxNumSeqs: 256, MaxBatchedTokens: 8192, ChunkedPrefill: true, BlockSize: 16, NumBlocks: blocks, WatermarkBlocks: blocks / 100}
 	var infos []policies.ModelInfo
 	setups := map[string]cluster.ModelSetup{}
 	for i := 0; i < n; i++ {
