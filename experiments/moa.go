@@ -536,10 +536,9 @@ func (r *Resolved) checkLengths(wl *traces.Workload) error {
 				rm, _ = r.Model(c.Model)
 				seen[c.Model] = rm
 			}
-			idx := func() int { return r.modelIndex(c.Model) }
 			total := c.InputTokens + c.OutputTokens
 			if total > rm.Arch.MaxModelLen {
-				return r.errorf(modelKey(idx(), "output_tokens"), "query %d: a %s call of %d prompt and %d output tokens exceeds %s's max_model_len %d; lower the maximum output length",
+				return r.errorf(modelKey(r.modelIndex(c.Model), "output_tokens"), "query %d: a %s call of %d prompt and %d output tokens exceeds %s's max_model_len %d; lower the maximum output length",
 					q.ID, c.Label(), c.InputTokens, c.OutputTokens, rm.Arch.ID, rm.Arch.MaxModelLen)
 			}
 			for gi, gm := range rm.OnGroup {
@@ -552,7 +551,7 @@ func (r *Resolved) checkLengths(wl *traces.Workload) error {
 						g := r.Groups[gi]
 						where = fmt.Sprintf("%s (%s)", g.Key, g.Hardware())
 					}
-					return r.errorf(modelKey(idx(), "arch"), "query %d: a %s call of %d tokens does not fit the KV cache of %s on %s (%d tokens)",
+					return r.errorf(modelKey(r.modelIndex(c.Model), "arch"), "query %d: a %s call of %d tokens does not fit the KV cache of %s on %s (%d tokens)",
 						q.ID, c.Label(), total, rm.Arch.ID, where, gm.Engine.NumBlocks*gm.Engine.BlockSize)
 				}
 			}

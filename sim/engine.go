@@ -577,7 +577,9 @@ func (e *Engine) finish(it *Iteration) {
 			e.release(s)
 			s.blocks = 0
 			it.Finished = append(it.Finished, s.req.ID)
-			e.spare = append(e.spare, s) // no other reference to it remains past this iteration
+			if len(e.spare) < e.cfg.MaxNumSeqs { // enough for a full batch; the rest go to the GC
+				e.spare = append(e.spare, s) // no other reference to it remains past this iteration
+			}
 			continue
 		}
 		kept = append(kept, s)
