@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -198,6 +199,30 @@ func TestPaperExperiments(t *testing.T) {
 			assert.Greater(t, maxB, 3*minB, "round-robin straggler: %v", busy)
 		})
 	}
+}
+
+// Early exit can cancel every call a mosaic worker was dealt of a model before the worker
+// reaches it (here QwenR1's... calls of a lightly routed expert, with the sensitivity run's
+// extreme routing skew): the worker passes over that model instead of waiting for a call of
+// it to finish, and every query completes.
+func TestMosaicEarlyExitCancelsAWholeModel(t *testing.T) {
+	if _, ok := dataset.File("workloads/moa_questions.csv"); !ok {
+		t.Skipf("shared data not found: set %s to run the paper experiments", dataset.Env)
+	}
+	e, err := experiments.Load(filepath.Join("paper", "mmlu-pro.toml"))
+	require.NoError(t, err)
+	for _, s := range []string{"workload.routing.keywords=4", "workload.routing.shared=0.5", "seed=2"} {
+		require.NoError(t, e.Set(s))
+	}
+	r, err := e.Resolve()
+	require.NoError(t, err)
+	r.Graph.Policies = slices.DeleteFunc(r.Graph.Policies, func(p experiments.ResolvedPolicy) bool { return p.Label != "mosaic+exit" })
+	require.Len(t, r.Graph.Policies, 1)
+	run, err := r.Simulate(context.Background(), nil)
+	require.NoError(t, err)
+	s := run.Summaries[0]
+	assert.Equal(t, len(r.Graph.Workload.Queries), s.Queries)
+	assert.Positive(t, s.CancelledCalls)
 }
 
 // Output lengths can come from a column of a real trace.

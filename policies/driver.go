@@ -1,11 +1,14 @@
 package policies
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/mosaic-sched/mosaic/internal/heapx"
@@ -431,18 +434,37 @@ func (d *Driver) quiet() bool {
 
 func (d *Driver) stalled() error {
 	var ready, waiting, inflight int
-	for _, c := range d.calls {
+	// Where the ready calls wait, by layer and model, so that a stall names what was left.
+	type where struct {
+		layer int
+		model string
+	}
+	at := map[where]int{}
+	for i := range d.calls {
+		c := &d.calls[i]
 		switch c.status {
 		case callReady:
 			ready++
+			at[where{c.call.Layer, c.call.Model}]++
 		case callWaiting:
 			waiting++
 		case callSubmitted, callCancelling:
 			inflight++
 		}
 	}
-	return fmt.Errorf("policy %s stalled at %v: %d queries incomplete, %d calls ready but never submitted, %d not released, %d in flight",
-		d.policy.Name(), d.backend.Now(), d.pending, ready, waiting, inflight)
+	keys := slices.SortedFunc(maps.Keys(at), func(a, b where) int {
+		return cmp.Or(cmp.Compare(a.layer, b.layer), cmp.Compare(a.model, b.model))
+	})
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("layer %d %s: %d", k.layer, cmp.Or(k.model, "tool"), at[k]))
+	}
+	detail := ""
+	if len(parts) > 0 {
+		detail = " (" + strings.Join(parts, ", ") + ")"
+	}
+	return fmt.Errorf("policy %s stalled at %v: %d queries incomplete, %d calls ready but never submitted%s, %d not released, %d in flight",
+		d.policy.Name(), d.backend.Now(), d.pending, ready, detail, waiting, inflight)
 }
 
 // arrive releases a query's calls without inputs.

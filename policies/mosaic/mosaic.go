@@ -526,6 +526,12 @@ func (p *Policy) dropCancelled(c *policies.CallRef, v policies.View) []policies.
 func (p *Policy) advance(wk *worker, v policies.View) []policies.Action {
 	done := wk.current()
 	wk.cur++
+	// Pass over models with nothing left to serve: early exit may have cancelled every call
+	// dealt to this worker for a model before the worker reached it, and no call of it would
+	// then ever finish to move the worker on.
+	for m := wk.current(); m != "" && wk.left[m] <= 0 && len(wk.pending[m]) == 0 && v.InFlight(wk.id, m) == 0; m = wk.current() {
+		wk.cur++
+	}
 	next := wk.current()
 	if next == "" {
 		next = p.prefetchModel(wk, v)
