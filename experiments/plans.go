@@ -197,7 +197,11 @@ func WritePlan(w io.Writer, sp *mosaic.StagePlan, hardware []string) error {
 		fmt.Fprintf(w, "predicted makespan %.1f s\n", p.Makespan)
 	}
 	fmt.Fprintf(w, "lower bound        %.1f s (LP relaxation, work bound), gap %.1f%%\n", p.LowerBound, 100*p.Gap)
-	_, err := fmt.Fprintf(w, "solver             %s in %v%s\n", p.Status.Describe(), p.SolveTime.Round(time.Microsecond), note(p.Note))
+	by := ""
+	if p.Method != "" && p.Method != string(p.Status) {
+		by = " by " + p.Method
+	}
+	_, err := fmt.Fprintf(w, "solver             %s%s in %v%s\n", p.Status.Describe(), by, p.SolveTime.Round(time.Microsecond), note(p.Note))
 	return err
 }
 

@@ -40,7 +40,7 @@ func SolveHeuristic(p Problem) *Plan {
 	}
 	p.improve(best)
 	wt := p.Evaluate(best)
-	return &Plan{Counts: best, WorkerTime: wt, Makespan: maxOf(wt), Status: Heuristic, SolveTime: time.Since(start)}
+	return &Plan{Counts: best, WorkerTime: wt, Makespan: maxOf(wt), Status: Heuristic, Method: MethodHeuristic, SolveTime: time.Since(start)}
 }
 
 func argmax(xs []float64) int {

@@ -20,9 +20,13 @@ func twoModels(limit time.Duration) Problem {
 	}}
 }
 
-// blockILP makes the ILP hang until the returned function is called.
+// blockILP makes the ILP hang until the returned function is called, with the exact search
+// turned off so that every problem goes to the ILP.
 func blockILP(t *testing.T) (release func()) {
 	t.Helper()
+	limit := exactNodeLimit
+	exactNodeLimit = 0
+	t.Cleanup(func() { exactNodeLimit = limit })
 	gate := make(chan struct{})
 	solveILP = func(ctx context.Context, p Problem) (*Plan, error) {
 		<-gate
@@ -78,4 +82,41 @@ func TestSolveProgressAndCancel(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Contains(t, logs.String(), "solving the placement ILP")
 	assert.Contains(t, logs.String(), "time_limit=1m0s")
+}
+
+// A problem whose exact search needs more choices than its limit goes to the ILP, which is
+// then the one to answer; within the limit the search answers and the ILP is never asked.
+func TestExactSearchLimitHandsOverToTheILP(t *testing.T) {
+	p := twoModels(time.Minute)
+	asked := 0
+	solveILP = func(ctx context.Context, p Problem) (*Plan, error) {
+		asked++
+		return SolveHeuristic(p), nil
+	}
+	limit := exactNodeLimit
+	t.Cleanup(func() { solveILP, exactNodeLimit = SolveILP, limit })
+
+	plan, err := Solve(context.Background(), p)
+	require.NoError(t, err)
+	assert.Equal(t, Optimal, plan.Status)
+	assert.Equal(t, MethodExact, plan.Method)
+	assert.Zero(t, asked, "the exact search solves a two-model problem")
+
+	exactNodeLimit = 3 // fewer than the first item's replica sets
+	_, ok, err := solveExact(context.Background(), p)
+	require.NoError(t, err)
+	assert.False(t, ok)
+	plan, err = Solve(context.Background(), p)
+	require.NoError(t, err)
+	assert.Equal(t, 1, asked)
+	assert.Equal(t, Heuristic, plan.Status, "the stand-in ILP's plan")
+}
+
+// A cancelled context stops the exact search with the context's error.
+func TestExactSearchCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, ok, err := solveExact(ctx, twoModels(time.Minute))
+	assert.False(t, ok)
+	require.ErrorIs(t, err, context.Canceled)
 }

@@ -217,7 +217,7 @@ func SolveILP(ctx context.Context, p Problem) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	plan := &Plan{Counts: counts, ILPMakespan: vars[md.c], LowerBound: lb, Status: status}
+	plan := &Plan{Counts: counts, ILPMakespan: vars[md.c], LowerBound: lb, Status: status, Method: MethodLPSolve}
 	p.improve(plan.Counts)
 	plan.WorkerTime = p.Evaluate(plan.Counts)
 	plan.Makespan = maxOf(plan.WorkerTime)

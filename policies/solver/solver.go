@@ -1,7 +1,13 @@
 // Package solver places models on workers and splits their calls among replicas so that the
 // last worker finishes as early as possible. It is the only package that talks to lp_solve
-// (through golp, behind the cgo and lpsolve build tags, which the Makefile sets); when lp_solve is missing, times out without a
-// solution or fails numerically, Solve falls back to a pure-Go heuristic and says so.
+// (through golp, behind the cgo and lpsolve build tags, which the Makefile sets).
+//
+// Solve finds the optimum of the ILP below by an exact branch and bound of its own first
+// (exact.go), on problems of up to 8 workers whose search ends within a fixed number of choices
+// (the paper's 6 x 4 stages take milliseconds, where lp_solve's branch and bound takes seconds
+// to prove the same optimum once preloads make the workers unlike); larger problems go to
+// lp_solve. When lp_solve is missing, times out without a solution or fails numerically, Solve
+// falls back to a pure-Go heuristic and says so.
 //
 // The model: a model m with n_m calls served by r replicas splits its calls evenly, so each
 // replica costs at most τ_mrw = L_mw + T_mw(ceil(n_m / r)) on worker w, where T_mw is the
@@ -149,9 +155,16 @@ type Status string
 
 // Plan statuses.
 const (
-	Optimal   Status = "optimal"    // the ILP proved optimality
+	Optimal   Status = "optimal"    // the ILP's optimum, proved (by the exact search or lp_solve)
 	TimeLimit Status = "time-limit" // the ILP's best solution when the time limit struck
 	Heuristic Status = "heuristic"  // the fallback heuristic
+)
+
+// Plan.Method values.
+const (
+	MethodExact     = "exact search" // the ILP's optimum, by the exact search
+	MethodLPSolve   = "lp_solve"     // the ILP solved by lp_solve
+	MethodHeuristic = "heuristic"    // the fallback heuristic
 )
 
 // Describe says in words how a plan was found, for people: "optimal" (proved), "best found
@@ -176,6 +189,8 @@ type Plan struct {
 	LowerBound float64
 	Gap        float64
 	Status     Status
+	// Method says what found it: "exact search", "lp_solve" or "heuristic".
+	Method string
 	// Note says why the heuristic was used, when it was.
 	Note      string
 	SolveTime time.Duration
@@ -412,8 +427,9 @@ var progressEvery = 5 * time.Second
 // solveILP is the ILP solver Solve runs (a test replaces it with a slow one).
 var solveILP = SolveILP
 
-// Solve plans with the ILP and falls back to the heuristic, with a warning, when the ILP is
-// unavailable or finds no solution. The returned plan says which one it is.
+// Solve plans with the ILP: its optimum by exact search where the search finishes within
+// exactNodeLimit choices, else by lp_solve; it falls back to the heuristic, with a warning,
+// when lp_solve is unavailable or finds no solution. The returned plan says which one it is.
 //
 // The time limit (Problem.TimeLimit) holds to the millisecond: lp_solve counts whole seconds,
 // so under a limit that is not a whole number of seconds Solve stops waiting for the ILP when
@@ -433,6 +449,10 @@ func Solve(ctx context.Context, p Problem) (*Plan, error) {
 	done := make(chan result, 1) // the ILP's goroutine never blocks, even when no one waits
 	ilp := solveILP
 	go func() {
+		if plan, ok, err := solveExact(ctx, p); ok || err != nil {
+			done <- result{plan, err}
+			return
+		}
 		plan, err := ilp(ctx, p)
 		done <- result{plan, err}
 	}()
@@ -472,7 +492,7 @@ func ilpOrHeuristic(p Problem, plan *Plan, err error, start time.Time) *Plan {
 		if plan.Status == TimeLimit {
 			// The ILP's incumbent may be weak when the time limit struck: keep the better plan.
 			if h := SolveHeuristic(p); h.Makespan < plan.Makespan-1e-9 {
-				plan.Counts, plan.WorkerTime, plan.Makespan = h.Counts, h.WorkerTime, h.Makespan
+				plan.Counts, plan.WorkerTime, plan.Makespan, plan.Method = h.Counts, h.WorkerTime, h.Makespan, h.Method
 				plan.Gap = gap(plan.Makespan, plan.LowerBound)
 				plan.Note = "the time limit struck; the heuristic's plan was better than the ILP's incumbent"
 			}

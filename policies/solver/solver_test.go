@@ -239,33 +239,60 @@ func mixedProblem(r *rand.Rand, items, workers, maxCalls int) solver.Problem {
 // plan is valid.
 func TestILPMatchesBruteForce(t *testing.T) {
 	requireILP(t)
+	randomInstances(t, 1, 25, 40, 5, 4, func(t *testing.T, i int, p solver.Problem) {
+		plan, err := solver.SolveILP(context.Background(), p)
+		require.NoError(t, err)
+		require.Equal(t, solver.Optimal, plan.Status)
+		require.Equal(t, solver.MethodLPSolve, plan.Method)
+		bf := bruteForce(p)
+		assert.InDelta(t, bf, plan.ILPMakespan, 1e-6*bf, "instance %d", i)
+		assert.LessOrEqual(t, plan.LowerBound, plan.ILPMakespan+1e-6, "instance %d", i)
+		assert.LessOrEqual(t, solver.WorkBound(p), bf+1e-6, "instance %d: the work bound holds for any plan", i)
+		assert.LessOrEqual(t, plan.Makespan, plan.ILPMakespan+1e-6, "instance %d: improving moves never make it worse", i)
+		checkPlan(t, p, plan)
+		checkPlan(t, p, solver.SolveHeuristic(p))
+	})
+}
+
+// randomInstances runs check on n random problems of up to maxCalls calls per item and 2 to 4
+// workers, in two subtests: identical workers (up to maxIdentical items) and a mixed cluster
+// (up to maxMixed items); seed picks the instances.
+func randomInstances(t *testing.T, seed uint64, n, maxCalls, maxIdentical, maxMixed int, check func(t *testing.T, i int, p solver.Problem)) {
 	tests := []struct {
 		name     string
 		seed     uint64
 		problem  func(r *rand.Rand, items, workers, maxCalls int) solver.Problem
 		maxItems int
 	}{
-		{"identical workers", 1, randomProblem, 5},
-		{"mixed cluster", 5, mixedProblem, 4},
+		{"identical workers", seed, randomProblem, maxIdentical},
+		{"mixed cluster", seed + 4, mixedProblem, maxMixed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := rand.New(rand.NewPCG(tt.seed, tt.seed+1))
-			for i := 0; i < 25; i++ {
-				p := tt.problem(r, 1+r.IntN(tt.maxItems), 2+r.IntN(3), 40)
-				plan, err := solver.SolveILP(context.Background(), p)
-				require.NoError(t, err)
-				require.Equal(t, solver.Optimal, plan.Status)
-				bf := bruteForce(p)
-				assert.InDelta(t, bf, plan.ILPMakespan, 1e-6*bf, "instance %d", i)
-				assert.LessOrEqual(t, plan.LowerBound, plan.ILPMakespan+1e-6, "instance %d", i)
-				assert.LessOrEqual(t, solver.WorkBound(p), bf+1e-6, "instance %d: the work bound holds for any plan", i)
-				assert.LessOrEqual(t, plan.Makespan, plan.ILPMakespan+1e-6, "instance %d: improving moves never make it worse", i)
-				checkPlan(t, p, plan)
-				checkPlan(t, p, solver.SolveHeuristic(p))
+			for i := 0; i < n; i++ {
+				check(t, i, tt.problem(r, 1+r.IntN(tt.maxItems), 2+r.IntN(3), maxCalls))
 			}
 		})
 	}
+}
+
+// Solve finds the ILP model's optimum by exact search on problems of the paper's size, with
+// or without lp_solve: on identical workers, where the search treats workers that hold the
+// same replicas as one, and on mixed clusters, where only the workers of one group are
+// interchangeable, it matches brute force and proves it (status optimal).
+func TestExactSearchMatchesBruteForce(t *testing.T) {
+	randomInstances(t, 11, 100, 60, 5, 5, func(t *testing.T, i int, p solver.Problem) {
+		plan, err := solver.Solve(context.Background(), p)
+		require.NoError(t, err)
+		require.Equal(t, solver.Optimal, plan.Status, "instance %d: %s", i, plan.Note)
+		require.Equal(t, solver.MethodExact, plan.Method, "instance %d", i)
+		bf := bruteForce(p)
+		require.InDelta(t, bf, plan.ILPMakespan, 1e-6*bf, "instance %d", i)
+		require.LessOrEqual(t, plan.Makespan, plan.ILPMakespan+1e-6, "instance %d", i)
+		require.LessOrEqual(t, plan.LowerBound, plan.ILPMakespan+1e-6, "instance %d", i)
+		checkPlan(t, p, plan)
+	})
 }
 
 // On 2 slow and 2 fast workers, the heavy model goes to the fast workers and the light ones
