@@ -336,12 +336,15 @@ func (r *Result) WorkerIntervals() []Interval {
 	return out
 }
 
-// edge is a call entering (+1) or leaving (-1) service.
+// edge is a call entering or leaving service at a time: key is twice the time, plus one for
+// an entry, so that sorting by key alone puts a time's exits before its entries.
 type edge struct {
-	t     time.Duration
-	delta int32
-	call  int32
+	key  int64
+	call int32
 }
+
+func (e edge) at() time.Duration { return time.Duration(e.key >> 1) }
+func (e edge) entry() bool       { return e.key&1 == 1 }
 
 // busySpans appends to spans the busy intervals of worker w (merging the service spans of
 // calls, the indices of r.Calls it served) with their mean batch. edges is scratch space.
@@ -352,35 +355,36 @@ func (r *Result) busySpans(w WorkerID, calls []int32, spans []Interval, edges []
 		if c.Timing.End <= c.Timing.Started {
 			continue
 		}
-		edges = append(edges, edge{c.Timing.Started, +1, i}, edge{c.Timing.End, -1, i})
+		edges = append(edges, edge{int64(c.Timing.Started)<<1 | 1, i}, edge{int64(c.Timing.End) << 1, i})
 	}
 	// Ends before starts at the same instant. The order among edges of one instant and one
 	// kind changes nothing below (they add no area, and a span opens at the first start and
 	// closes at the last end), so an unstable sort is enough.
-	slices.SortFunc(edges, func(a, b edge) int {
-		return cmp.Or(cmp.Compare(a.t, b.t), cmp.Compare(a.delta, b.delta))
-	})
+	slices.SortFunc(edges, func(a, b edge) int { return cmp.Compare(a.key, b.key) })
 	n := 0
 	var cur Interval
 	var area float64
 	var last time.Duration
 	models := map[string]bool{}
 	for _, e := range edges {
+		t := e.at()
 		if n > 0 {
-			area += float64(n) * (e.t - last).Seconds()
+			area += float64(n) * (t - last).Seconds()
 		}
-		last = e.t
-		if n == 0 && e.delta > 0 {
-			cur = Interval{Worker: w, Kind: "busy", Start: e.t}
-			area = 0
-			clear(models)
-		}
-		if e.delta > 0 {
+		last = t
+		if e.entry() {
+			if n == 0 {
+				cur = Interval{Worker: w, Kind: "busy", Start: t}
+				area = 0
+				clear(models)
+			}
 			models[r.Calls[e.call].Call.Model] = true
+			n++
+		} else {
+			n--
 		}
-		n += int(e.delta)
 		if n == 0 {
-			cur.End = e.t
+			cur.End = t
 			if d := (cur.End - cur.Start).Seconds(); d > 0 {
 				cur.MeanBatch = area / d
 			}

@@ -76,37 +76,62 @@ type Options struct {
 type Policy struct {
 	opts    Options
 	workers []*worker
-	queues  map[string]*queue
+	// models are the models in the experiment's order; byName finds one by its name.
+	models []*model
+	byName map[string]*model
 	// plan is the current placement: per worker its models in serving order.
-	plan     [][]string
-	planMix  map[string]float64 // planned share of expected work per model
-	released map[string]int     // calls released per model since the last plan
-	meanOut  map[string]float64 // expected output tokens of a model's call
-	arrival  map[int]time.Duration
-	plans    []*mosaic.StagePlan
-	replans  int
-	// Per model, cached at Start: the names in the experiment's order, the calls a worker may
-	// have in flight, and how long calls may wait with no replica.
-	models   []string
-	limit    map[string]int
-	patient  map[string]time.Duration
-	assigned map[string]bool // models the plan gives some worker
-	replicas map[string]int  // scratch of swaps
-	// infos are the models as the View gave them at Start (their per-worker costs on a mixed
-	// cluster).
-	infos map[string]policies.ModelInfo
+	plan    [][]*model
+	planMix map[string]float64 // planned share of expected work per model
+	// arrival is when each query's first call was queued, by query ID (-1: none queued, or its
+	// final call was: it needs no more ordering).
+	arrival []time.Duration
+	// flight is the expected output tokens of each call in flight, by call ID (-1: not in
+	// flight).
+	flight  []float64
+	plans   []*mosaic.StagePlan
+	replans int
 	// dropped are queued calls cancelled before they were submitted.
 	dropped map[int]bool
 	// Overlap (calls released open): a query's open calls wait in held until every other
 	// call it has released is submitted (unsent counts those not yet), so that an open call
 	// holds a worker only while its inputs are in flight, never while they wait for a worker.
 	held   map[int][]policies.CallRef
-	unsent map[int]int
+	unsent []int32 // by query ID
+}
+
+// at returns s with index i, growing it with fill where it is too short (query and call IDs
+// run 0, 1, 2, ...).
+func at[T any](s []T, i int, fill T) []T {
+	for len(s) <= i {
+		s = append(s, fill)
+	}
+	return s
+}
+
+// model is one model's queue of ready calls and what the policy knows of it, cached at Start.
+type model struct {
+	queue
+	name string
+	// limitOn is the calls a worker may have in flight (see Policy.limitOn), by worker, and
+	// limit the model's own engine's; runs says which workers' GPUs can hold the model.
+	limitOn []int
+	limit   int
+	runs    []bool
+	// patient is how long its calls may wait with no replica; meanOut the expected output
+	// tokens of its call.
+	patient time.Duration
+	meanOut float64
+	// assigned says the plan gives it some worker; released counts its calls released since
+	// the last plan; replicas is scratch of swaps.
+	assigned bool
+	released int
+	replicas int
 }
 
 type worker struct {
 	id      policies.WorkerID
 	active  string // the model it serves (held or loading)
+	am      *model // active's state (nil when active is "")
 	loading bool
 	// unloading is the model whose unload this policy requested and that has not completed;
 	// want the model to load once it has.
@@ -119,29 +144,35 @@ type worker struct {
 	// and the backend's events say.
 	held        []string
 	outstanding float64
-	inflight    map[int]float64 // call -> expected tokens
+	inflight    int // calls in flight (their expected tokens are in Policy.flight)
 }
 
 // queue is one model's ready calls, a heap ordered deepest layer first, then oldest query,
-// then release order.
+// then release order. The heap holds small keys; the calls themselves wait in refs, whose
+// free slots are reused, so that the heap moves a few words per swap.
 type queue struct {
 	calls []queued
+	refs  []policies.CallRef
+	free  []int32
 	seq   int
 	// since is when the queue last became non-empty.
 	since time.Duration
 }
 
+// queued is a queued call's place in its queue: its layer, its query's arrival, its release
+// order, and its slot in queue.refs.
 type queued struct {
-	ref     policies.CallRef
 	arrival time.Duration
 	seq     int
+	layer   int32
+	slot    int32
 }
 
 // queuedLess orders a queue: the deepest layer first, then the oldest query, then release
 // order.
 func queuedLess(a, b *queued) bool {
-	if a.ref.Layer != b.ref.Layer {
-		return a.ref.Layer > b.ref.Layer
+	if a.layer != b.layer {
+		return a.layer > b.layer
 	}
 	if a.arrival != b.arrival {
 		return a.arrival < b.arrival
@@ -149,11 +180,27 @@ func queuedLess(a, b *queued) bool {
 	return a.seq < b.seq
 }
 
-func (q *queue) push(c queued) { q.calls = heapx.Push(q.calls, c, queuedLess) }
+// push queues call c of a query that arrived at arrival.
+func (q *queue) push(c policies.CallRef, arrival time.Duration) {
+	var slot int32
+	if n := len(q.free); n > 0 {
+		slot, q.free = q.free[n-1], q.free[:n-1]
+		q.refs[slot] = c
+	} else {
+		slot = int32(len(q.refs))
+		q.refs = append(q.refs, c)
+	}
+	q.seq++
+	q.calls = heapx.Push(q.calls, queued{arrival: arrival, seq: q.seq, layer: int32(c.Layer), slot: slot}, queuedLess)
+}
 
-func (q *queue) pop() queued {
-	var c queued
-	q.calls, c = heapx.Pop(q.calls, queuedLess)
+// pop removes and returns the first call of the non-empty queue.
+func (q *queue) pop() policies.CallRef {
+	var e queued
+	q.calls, e = heapx.Pop(q.calls, queuedLess)
+	c := q.refs[e.slot]
+	q.refs[e.slot] = policies.CallRef{} // let go of its strings
+	q.free = append(q.free, e.slot)
 	return c
 }
 
@@ -190,29 +237,39 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 	W := v.Workers()
 	p.workers = make([]*worker, W)
 	for w := range p.workers {
-		p.workers[w] = &worker{id: policies.WorkerID(w), inflight: map[int]float64{}}
+		p.workers[w] = &worker{id: policies.WorkerID(w)}
 	}
-	p.queues = map[string]*queue{}
 	p.dropped = map[int]bool{}
-	p.held, p.unsent = map[int][]policies.CallRef{}, map[int]int{}
-	p.arrival = map[int]time.Duration{}
-	p.meanOut = map[string]float64{}
-	p.limit, p.patient, p.replicas = map[string]int{}, map[string]time.Duration{}, map[string]int{}
-	p.infos = map[string]policies.ModelInfo{}
-	for _, m := range v.Models() {
-		p.infos[m.Name] = m
-		p.models = append(p.models, m.Name)
-		p.queues[m.Name] = &queue{}
-		p.meanOut[m.Name] = p.expectedOutput(v, m)
-		p.limit[m.Name] = 256
+	p.held = map[int][]policies.CallRef{}
+	p.unsent, p.arrival, p.flight = nil, nil, nil
+	p.models, p.byName = nil, map[string]*model{}
+	for _, info := range v.Models() {
+		m := &model{name: info.Name, meanOut: p.expectedOutput(v, info), limit: 256,
+			limitOn: make([]int, W), runs: make([]bool, W),
+			// Calls may wait twice a model's load time, at least a minute, with no replica
+			// before a busy worker drains to serve them, so that swaps do not thrash.
+			patient: max(time.Minute, 2*info.LoadTime)}
 		if p.opts.MaxInFlight > 0 {
-			p.limit[m.Name] = p.opts.MaxInFlight
-		} else if m.Engine.MaxNumSeqs > 0 {
-			p.limit[m.Name] = m.Engine.MaxNumSeqs
+			m.limit = p.opts.MaxInFlight
+		} else if info.Engine.MaxNumSeqs > 0 {
+			m.limit = info.Engine.MaxNumSeqs
 		}
-		// Calls may wait twice a model's load time, at least a minute, with no replica before
-		// a busy worker drains to serve them, so that swaps do not thrash.
-		p.patient[m.Name] = max(time.Minute, 2*m.LoadTime)
+		for w := range W {
+			id := policies.WorkerID(w)
+			m.runs[w] = info.CanRun(id)
+			// MaxInFlight, else the sequence cap of the model's engine on that worker (on a
+			// mixed cluster it follows the worker's GPU), else the model's own.
+			switch n := info.On(id).Engine.MaxNumSeqs; {
+			case p.opts.MaxInFlight > 0:
+				m.limitOn[w] = p.opts.MaxInFlight
+			case n > 0:
+				m.limitOn[w] = n
+			default:
+				m.limitOn[w] = m.limit
+			}
+		}
+		p.models = append(p.models, m)
+		p.byName[info.Name] = m
 	}
 	counts := map[string]int{}
 	for _, m := range v.Models() {
@@ -302,12 +359,13 @@ func (p *Policy) place(v policies.View, counts map[string]int, prompts map[strin
 	}
 	sp.Start = v.Now()
 	p.plans = append(p.plans, sp)
-	plan := make([][]string, v.Workers())
-	work := make([]map[string]float64, v.Workers())
+	plan := make([][]*model, v.Workers())
+	work := make([]map[*model]float64, v.Workers())
 	for w := range work {
-		work[w] = map[string]float64{}
+		work[w] = map[*model]float64{}
 	}
-	for i, m := range sp.Models {
+	for i, name := range sp.Models {
+		m := p.byName[name]
 		for w, x := range sp.Plan.Counts[i] {
 			if x > 0 {
 				plan[w] = append(plan[w], m)
@@ -316,27 +374,31 @@ func (p *Policy) place(v policies.View, counts map[string]int, prompts map[strin
 		}
 	}
 	for w := range plan {
-		slices.SortStableFunc(plan[w], func(a, b string) int { return cmp.Compare(work[w][b], work[w][a]) })
+		slices.SortStableFunc(plan[w], func(a, b *model) int { return cmp.Compare(work[w][b], work[w][a]) })
 	}
 	p.plan = plan
-	p.assigned = map[string]bool{}
+	for _, m := range p.models {
+		m.assigned, m.released = false, 0
+	}
 	for _, models := range plan {
 		for _, m := range models {
-			p.assigned[m] = true
+			m.assigned = true
 		}
 	}
 	p.planMix = p.mix(counts)
-	p.released = map[string]int{}
 	return nil
 }
 
-// mix is each model's share of the expected work of counts calls.
+// mix is each model's share of the expected work of counts calls (summed in the models'
+// order, so that the shares do not depend on the map's).
 func (p *Policy) mix(counts map[string]int) map[string]float64 {
 	total := 0.0
 	out := map[string]float64{}
-	for m, n := range counts {
-		out[m] = float64(n) * p.meanOut[m]
-		total += out[m]
+	for _, m := range p.models {
+		if n, ok := counts[m.name]; ok {
+			out[m.name] = float64(n) * m.meanOut
+			total += out[m.name]
+		}
 	}
 	for m := range out {
 		if total > 0 {
@@ -346,9 +408,15 @@ func (p *Policy) mix(counts map[string]int) map[string]float64 {
 	return out
 }
 
-func (p *Policy) load(wk *worker, model string) policies.Action {
-	wk.active, wk.loading, wk.want = model, true, ""
-	return policies.Load(wk.id, model)
+func (p *Policy) load(wk *worker, m *model) policies.Action {
+	p.serve(wk, m)
+	wk.loading, wk.want = true, ""
+	return policies.Load(wk.id, m.name)
+}
+
+// serve makes m the worker's active model.
+func (p *Policy) serve(wk *worker, m *model) {
+	wk.active, wk.am = m.name, m
 }
 
 // enqueue adds released calls to their models' queues; open ones wait until their query's
@@ -359,6 +427,7 @@ func (p *Policy) enqueue(calls []policies.CallRef) {
 			p.held[c.Query] = append(p.held[c.Query], c)
 			continue
 		}
+		p.unsent = at(p.unsent, c.Query, 0)
 		p.unsent[c.Query]++
 		p.push(c)
 	}
@@ -369,7 +438,7 @@ func (p *Policy) enqueue(calls []policies.CallRef) {
 
 // unhold queues a query's held open calls once none of its other released calls waits.
 func (p *Policy) unhold(q int) {
-	if p.unsent[q] > 0 || len(p.held[q]) == 0 {
+	if (q < len(p.unsent) && p.unsent[q] > 0) || len(p.held) == 0 || len(p.held[q]) == 0 {
 		return
 	}
 	for _, c := range p.held[q] {
@@ -384,28 +453,29 @@ func (p *Policy) sent(c policies.CallRef) {
 		return
 	}
 	if p.unsent[c.Query]--; p.unsent[c.Query] <= 0 {
-		delete(p.unsent, c.Query)
+		p.unsent[c.Query] = 0
 		p.unhold(c.Query)
 	}
 }
 
 // push adds a call to its model's queue.
 func (p *Policy) push(c policies.CallRef) {
-	arrival, ok := p.arrival[c.Query]
-	if !ok {
+	p.arrival = at(p.arrival, c.Query, -1)
+	arrival := p.arrival[c.Query]
+	if arrival < 0 {
 		arrival = c.Ready
 		p.arrival[c.Query] = arrival
 	}
 	if c.Final {
-		delete(p.arrival, c.Query) // its last call: the query needs no more ordering
+		p.arrival[c.Query] = -1 // its last call: the query needs no more ordering
 	}
-	p.released[c.Model]++
-	q := p.queues[c.Model]
+	m := p.byName[c.Model]
+	m.released++
+	q := &m.queue
 	if len(q.calls) == 0 {
 		q.since = c.Ready
 	}
-	q.seq++
-	q.push(queued{ref: c, arrival: arrival, seq: q.seq})
+	q.push(c, arrival)
 }
 
 // OnEvent implements policies.Policy.
@@ -427,8 +497,11 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 	case policies.EventDone, policies.EventFailed:
 		if e.Call != nil {
 			wk := p.workers[e.Worker]
-			wk.outstanding -= wk.inflight[e.Call.ID]
-			delete(wk.inflight, e.Call.ID)
+			if id := e.Call.ID; id < len(p.flight) && p.flight[id] >= 0 {
+				wk.outstanding -= p.flight[id]
+				wk.inflight--
+				p.flight[id] = -1
+			}
 		}
 	case policies.EventLoaded:
 		wk := p.workers[e.Worker]
@@ -442,7 +515,7 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 			wk.unloading = ""
 		}
 		if wk.want != "" && wk.unloading == "" && policies.CanLoad(v, wk.id, wk.want) {
-			acts = append(acts, p.load(wk, wk.want))
+			acts = append(acts, p.load(wk, p.byName[wk.want]))
 		}
 	case policies.EventTimer:
 		acts = append(acts, p.maybeReplan(v)...)
@@ -456,14 +529,14 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 func (p *Policy) dispatch(v policies.View) []policies.Action {
 	var acts []policies.Action
 	for _, m := range p.models {
-		q := p.queues[m]
+		q := &m.queue
 		if len(q.calls) == 0 {
 			continue
 		}
 		for len(q.calls) > 0 {
 			var best *worker
 			for _, wk := range p.workers {
-				if wk.active == m && !wk.loading && wk.want == "" && len(wk.inflight) < p.limitOn(wk, m) && slices.Contains(wk.held, m) &&
+				if wk.am == m && !wk.loading && wk.want == "" && wk.inflight < m.limitOn[wk.id] && slices.Contains(wk.held, m.name) &&
 					(best == nil || wk.outstanding < best.outstanding) {
 					best = wk
 				}
@@ -471,14 +544,16 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 			if best == nil {
 				break
 			}
-			c := q.pop().ref
+			c := q.pop()
 			p.sent(c)
-			if p.dropped[c.ID] {
+			if len(p.dropped) > 0 && p.dropped[c.ID] {
 				delete(p.dropped, c.ID)
 				continue
 			}
-			tokens := p.meanOut[c.Model]
-			best.inflight[c.ID] = tokens
+			tokens := m.meanOut
+			p.flight = at(p.flight, c.ID, -1)
+			p.flight[c.ID] = tokens
+			best.inflight++
 			best.outstanding += tokens
 			acts = append(acts, policies.Submit(best.id, c.ID))
 		}
@@ -486,31 +561,16 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 	return acts
 }
 
-// limitOn is the most calls of model m worker wk may have in flight: MaxInFlight, else the
-// sequence cap of m's engine on that worker (on a mixed cluster it follows the worker's GPU).
-func (p *Policy) limitOn(wk *worker, m string) int {
-	if p.opts.MaxInFlight > 0 {
-		return p.opts.MaxInFlight
-	}
-	if n := p.infos[m].On(wk.id).Engine.MaxNumSeqs; n > 0 {
-		return n
-	}
-	return p.limit[m]
-}
-
-// canRun reports whether worker wk can run model m at all (on a mixed cluster, whether its
-// GPUs can hold it).
-func (p *Policy) canRun(wk *worker, m string) bool { return p.infos[m].CanRun(wk.id) }
-
 // idle reports whether a worker has nothing in flight and nothing to serve of its model.
 func (p *Policy) idle(wk *worker) bool {
-	return len(wk.inflight) == 0 && !wk.loading && wk.want == "" && wk.unloading == "" && (wk.active == "" || len(p.queues[wk.active].calls) == 0)
+	return wk.inflight == 0 && !wk.loading && wk.want == "" && wk.unloading == "" && (wk.am == nil || len(wk.am.calls) == 0)
 }
 
 // switchTo moves an idle worker to model m: it unloads the model it holds, then loads m.
-func (p *Policy) switchTo(wk *worker, m string, v policies.View) []policies.Action {
+func (p *Policy) switchTo(wk *worker, m *model, v policies.View) []policies.Action {
 	old := wk.active
-	wk.active, wk.want = m, m
+	p.serve(wk, m)
+	wk.want = m.name
 	if old != "" && wk.unloading == "" && slices.Contains(wk.held, old) {
 		return []policies.Action{p.unload(wk, old)}
 	}
@@ -526,94 +586,98 @@ func (p *Policy) switchTo(wk *worker, m string, v policies.View) []policies.Acti
 // patience, a worker of the most replicated model.
 func (p *Policy) swaps(v policies.View) []policies.Action {
 	var acts []policies.Action
-	replicas := p.replicas
-	clear(replicas)
+	for _, m := range p.models {
+		m.replicas = 0
+	}
 	for _, wk := range p.workers {
-		if wk.active != "" {
-			replicas[wk.active]++
+		if wk.am != nil {
+			wk.am.replicas++
 		}
 	}
-	assigned := p.assigned
-	move := func(wk *worker, target string) {
-		replicas[wk.active]--
-		replicas[target]++
-		if len(wk.inflight) == 0 {
+	move := func(wk *worker, target *model) {
+		if wk.am != nil {
+			wk.am.replicas--
+		}
+		target.replicas++
+		if wk.inflight == 0 {
 			acts = append(acts, p.switchTo(wk, target, v)...)
 		} else {
-			wk.active, wk.want = target, target // drains, then switches (drained)
+			p.serve(wk, target) // drains, then switches (drained)
+			wk.want = target.name
 		}
 	}
 	for _, wk := range p.workers {
 		if !p.idle(wk) {
 			continue
 		}
-		target := ""
+		var target *model
 		// Its own assigned models first, the one whose calls waited longest.
 		for _, m := range p.plan[wk.id] {
-			if q := p.queues[m]; m != wk.active && len(q.calls) > 0 && (target == "" || q.since < p.queues[target].since) {
+			if m != wk.am && len(m.calls) > 0 && (target == nil || m.since < target.since) {
 				target = m
 			}
 		}
-		if target == "" && wk.active != "" && !slices.Contains(p.plan[wk.id], wk.active) && len(p.plan[wk.id]) > 0 {
+		if target == nil && wk.am != nil && !slices.Contains(p.plan[wk.id], wk.am) && len(p.plan[wk.id]) > 0 {
 			target = p.plan[wk.id][0] // a re-plan moved this worker
 		}
-		if target == "" {
+		if target == nil {
 			// A model with calls waiting and no replica that no worker is assigned to (one
 			// assigned to a time-sharing worker waits for it, or for the patience to run out),
 			// else the deepest backlog.
-			deepest, depth := "", 0.0
+			var deepest *model
+			depth := 0.0
 			for _, m := range p.models {
-				n := len(p.queues[m].calls)
-				if n == 0 || m == wk.active || !p.canRun(wk, m) {
+				n := len(m.calls)
+				if n == 0 || m == wk.am || !m.runs[wk.id] {
 					continue
 				}
-				if replicas[m] == 0 {
-					if !assigned[m] {
+				if m.replicas == 0 {
+					if !m.assigned {
 						deepest = m
 						break
 					}
 					continue
 				}
-				if d := float64(n) / float64(replicas[m]*p.limit[m]); p.opts.Steal > 0 && d > p.opts.Steal && d > depth {
+				if d := float64(n) / float64(m.replicas*m.limit); p.opts.Steal > 0 && d > p.opts.Steal && d > depth {
 					deepest, depth = m, d
 				}
 			}
 			target = deepest
 		}
-		if target != "" && target != wk.active {
+		if target != nil && target != wk.am {
 			move(wk, target)
 		}
 	}
 	// Calls that waited too long with no replica, the longest waiting first: a worker assigned
 	// the model takes them, or after twice the patience a worker of the most replicated model.
 	now := v.Now()
-	var waiting []string
+	var waiting []*model
 	for _, m := range p.models {
-		if q := p.queues[m]; len(q.calls) > 0 && replicas[m] == 0 && now-q.since >= p.patient[m] {
+		if len(m.calls) > 0 && m.replicas == 0 && now-m.since >= m.patient {
 			waiting = append(waiting, m)
 		}
 	}
 	if len(waiting) > 1 {
-		slices.SortStableFunc(waiting, func(a, b string) int { return cmp.Compare(p.queues[a].since, p.queues[b].since) })
+		slices.SortStableFunc(waiting, func(a, b *model) int { return cmp.Compare(a.since, b.since) })
 	}
 	for _, m := range waiting {
-		if replicas[m] > 0 {
+		if m.replicas > 0 {
 			continue
 		}
-		anyWorker := !assigned[m] || now-p.queues[m].since >= 2*p.patient[m]
+		anyWorker := !m.assigned || now-m.since >= 2*m.patient
 		var best *worker
 		for _, wk := range p.workers {
-			if wk.want != "" || wk.loading || wk.unloading != "" || !p.canRun(wk, m) {
+			if wk.want != "" || wk.loading || wk.unloading != "" || !m.runs[wk.id] {
 				continue
 			}
-			if !p.idle(wk) && now-wk.loadedAt < p.patient[wk.active] {
+			if !p.idle(wk) && wk.am != nil && now-wk.loadedAt < wk.am.patient {
 				continue // it keeps a model it loaded for the patience
 			}
 			mine := slices.Contains(p.plan[wk.id], m)
 			if !mine && !anyWorker {
 				continue // the worker assigned to it takes it
 			}
-			if best == nil || better(wk, best, mine, slices.Contains(p.plan[best.id], m), replicas) {
+			if best == nil || better(wk, best, mine, slices.Contains(p.plan[best.id], m)) {
 				best = wk
 			}
 		}
@@ -629,14 +693,22 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 
 // better reports whether worker a should take a waiting model rather than b: one assigned
 // the model first, then one whose model has the most replicas, then the least busy.
-func better(a, b *worker, aMine, bMine bool, replicas map[string]int) bool {
+func better(a, b *worker, aMine, bMine bool) bool {
 	if aMine != bMine {
 		return aMine
 	}
-	if replicas[a.active] != replicas[b.active] {
-		return replicas[a.active] > replicas[b.active]
+	if ra, rb := a.replicasOfActive(), b.replicasOfActive(); ra != rb {
+		return ra > rb
 	}
 	return a.outstanding < b.outstanding
+}
+
+// replicasOfActive is how many workers serve the worker's active model (0 with none).
+func (wk *worker) replicasOfActive() int {
+	if wk.am == nil {
+		return 0
+	}
+	return wk.am.replicas
 }
 
 // unload asks worker wk to unload model.
@@ -649,7 +721,7 @@ func (p *Policy) unload(wk *worker, model string) policies.Action {
 // drained moves a switching worker (want set) on once nothing is in flight there: it unloads
 // the model it holds, or, with its memory free, loads the one it wants.
 func (p *Policy) drained(wk *worker, v policies.View) []policies.Action {
-	if wk.want == "" || wk.unloading != "" || len(wk.inflight) > 0 {
+	if wk.want == "" || wk.unloading != "" || wk.inflight > 0 {
 		return nil
 	}
 	for _, h := range wk.held {
@@ -662,7 +734,7 @@ func (p *Policy) drained(wk *worker, v policies.View) []policies.Action {
 		}
 	}
 	if policies.CanLoad(v, wk.id, wk.want) && !slices.Contains(v.Loading(wk.id), wk.want) {
-		return []policies.Action{p.load(wk, wk.want)}
+		return []policies.Action{p.load(wk, p.byName[wk.want])}
 	}
 	return nil
 }
@@ -671,23 +743,29 @@ func (p *Policy) drained(wk *worker, v policies.View) []policies.Action {
 func (p *Policy) maybeReplan(v policies.View) []policies.Action {
 	acts := []policies.Action{policies.WakeAt(v.Now() + p.opts.Replan)}
 	total := 0
-	for _, n := range p.released {
-		total += n
+	released := map[string]int{}
+	for _, m := range p.models {
+		if m.released > 0 {
+			released[m.name] = m.released
+			total += m.released
+		}
 	}
 	if total < 4*v.Workers() {
 		return acts // too few calls to tell a drift
 	}
-	now := p.mix(p.released)
+	now := p.mix(released)
 	drift := 0.0
-	for m := range p.queues {
-		drift += math.Abs(now[m] - p.planMix[m])
+	for _, m := range p.models {
+		drift += math.Abs(now[m.name] - p.planMix[m.name])
 	}
 	drift /= 2
 	if drift <= p.opts.Drift {
-		p.released = map[string]int{}
+		for _, m := range p.models {
+			m.released = 0
+		}
 		return acts
 	}
-	if err := p.place(v, p.released, nil); err != nil {
+	if err := p.place(v, released, nil); err != nil {
 		slog.Warn("online: re-planning failed; keeping the placement", "err", err)
 		return acts
 	}

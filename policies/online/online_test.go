@@ -14,7 +14,8 @@ import (
 )
 
 // TestQueueOrder pushes calls in a scrambled order and checks they come out deepest layer
-// first, then the oldest query's, then in release order.
+// first, then the oldest query's, then in release order, with calls pushed after some were
+// popped (reusing their slots) in their place.
 func TestQueueOrder(t *testing.T) {
 	var q queue
 	type in struct{ id, layer int }
@@ -25,16 +26,27 @@ func TestQueueOrder(t *testing.T) {
 		}
 		return 5 * time.Second
 	}
-	for _, c := range []in{{1, 0}, {11, 0}, {2, 1}, {3, 0}, {12, 1}, {13, 0}, {4, 1}} {
-		q.seq++
-		q.push(queued{ref: policies.CallRef{ID: c.id, Layer: c.layer}, arrival: arrival(c.id), seq: q.seq})
+	push := func(calls ...in) {
+		for _, c := range calls {
+			q.push(policies.CallRef{ID: c.id, Layer: c.layer, Model: "M"}, arrival(c.id))
+		}
 	}
 	var got []int
-	for len(q.calls) > 0 {
-		got = append(got, q.pop().ref.ID)
+	pop := func(n int) {
+		for ; n > 0 && len(q.calls) > 0; n-- {
+			c := q.pop()
+			assert.Equal(t, "M", c.Model)
+			got = append(got, c.ID)
+		}
 	}
-	// Layer 1: 12 (older query), then 2 and 4 in release order; layer 0: 11, 13, then 1, 3.
-	assert.Equal(t, []int{12, 2, 4, 11, 13, 1, 3}, got)
+	push(in{1, 0}, in{11, 0}, in{2, 1}, in{3, 0}, in{12, 1}, in{13, 0}, in{4, 1})
+	pop(2)
+	push(in{5, 1}, in{14, 0})
+	pop(100)
+	// Layer 1: 12 (older query), then 2; then 4 and 5 in release order; layer 0: 11, 13, 14
+	// (the older query), then 1, 3.
+	assert.Equal(t, []int{12, 2, 4, 5, 11, 13, 14, 1, 3}, got)
+	assert.Len(t, q.refs, 7, "slots are reused")
 }
 
 // TestOnlineLargeRun runs the online policy over 2,000 generated MoA queries on four workers
@@ -93,17 +105,16 @@ func TestOnlineLargeRun(t *testing.T) {
 // with the least expected outstanding work that has room.
 func TestOnlineLeastOutstanding(t *testing.T) {
 	p := New(Options{MaxInFlight: 2})
-	p.models = []string{"M"}
-	p.meanOut = map[string]float64{"M": 100}
-	p.queues = map[string]*queue{"M": {}}
+	m := &model{name: "M", meanOut: 100, limit: 2, limitOn: []int{2, 2, 2}, runs: []bool{true, true, true}}
+	p.models, p.byName = []*model{m}, map[string]*model{"M": m}
 	p.dropped = map[int]bool{}
-	p.held, p.unsent, p.arrival = map[int][]policies.CallRef{}, map[int]int{}, map[int]time.Duration{}
-	p.released = map[string]int{}
+	p.held = map[int][]policies.CallRef{}
 	for w := range 3 {
-		p.workers = append(p.workers, &worker{id: policies.WorkerID(w), active: "M", held: []string{"M"}, inflight: map[int]float64{}})
+		p.workers = append(p.workers, &worker{id: policies.WorkerID(w), active: "M", am: m, held: []string{"M"}})
 	}
 	// Worker 0 has 250 tokens outstanding in one call, worker 1 none, worker 2 is loading.
-	p.workers[0].inflight[100], p.workers[0].outstanding = 250, 250
+	p.flight = at(p.flight, 100, -1)
+	p.flight[100], p.workers[0].inflight, p.workers[0].outstanding = 250, 1, 250
 	p.workers[2].loading = true
 	var calls []policies.CallRef
 	for i := range 4 {
@@ -116,7 +127,7 @@ func TestOnlineLeastOutstanding(t *testing.T) {
 	// still loading).
 	want := []policies.Action{policies.Submit(1, 0), policies.Submit(1, 1), policies.Submit(0, 2)}
 	assert.Equal(t, want, acts)
-	assert.Len(t, p.queues["M"].calls, 1, "call 3 waits")
+	assert.Len(t, m.calls, 1, "call 3 waits")
 	assert.InDelta(t, 350, p.workers[0].outstanding, 1e-9)
 	assert.InDelta(t, 200, p.workers[1].outstanding, 1e-9)
 }

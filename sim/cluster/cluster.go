@@ -93,6 +93,21 @@ type Cluster struct {
 	// drained, so that delivering events does not allocate.
 	out  []backend.Event
 	head int
+	// The states of calls in flight are reused: a call's state retires when its last event
+	// is queued in out, and is free for another call once out has been drained (the events
+	// point into it until they are consumed).
+	free, retired []*callInfo
+}
+
+// newCallInfo returns a call state, reused when one is free.
+func (c *Cluster) newCallInfo() *callInfo {
+	if n := len(c.free); n > 0 {
+		ci := c.free[n-1]
+		c.free[n-1] = nil
+		c.free = c.free[:n-1]
+		return ci
+	}
+	return &callInfo{}
 }
 
 type worker struct {
@@ -263,8 +278,10 @@ func (c *Cluster) submit(w backend.WorkerID, call *traces.Call, open bool) error
 	if err := e.eng.Add(req); err != nil {
 		return fmt.Errorf("call %d (query %d, %s): %w", call.ID, call.Query, call.Model, err)
 	}
-	e.calls[req.ID] = &callInfo{call: call, timing: backend.CallTiming{Submitted: now},
+	ci := c.newCallInfo()
+	*ci = callInfo{call: call, timing: backend.CallTiming{Submitted: now},
 		r: backend.CallRef{ID: call.ID, Query: call.Query, Role: call.Role, Layer: call.Layer, Model: call.Model, InputTokens: call.InputTokens}}
+	e.calls[req.ID] = ci
 	if e.state == stIdle && !e.kickDue {
 		// Start the engine after every call submitted at this instant has joined, as a real
 		// engine would batch them into one iteration. (Otherwise the request joins when the
@@ -323,12 +340,16 @@ func (c *Cluster) abort(e *engine, id uint64, now time.Duration) {
 	ci.timing.End = now
 	c.out = append(c.out, backend.Event{Kind: backend.EventCancelled, At: now, Worker: backend.WorkerID(e.w.id), Model: e.model,
 		Call: ci.ref(), Timing: ci.timing, Produced: produced})
+	c.retired = append(c.retired, ci)
 }
 
 // Next implements backend.Backend.
 func (c *Cluster) Next(ctx context.Context) (backend.Event, error) {
 	for c.head == len(c.out) {
 		c.out, c.head = c.out[:0], 0
+		c.free = append(c.free, c.retired...)
+		clear(c.retired)
+		c.retired = c.retired[:0]
 		if err := ctx.Err(); err != nil {
 			return backend.Event{}, err
 		}
@@ -410,6 +431,7 @@ func (c *Cluster) deliver(e *engine, now time.Duration) {
 		delete(e.calls, id)
 		ci.timing.End = now
 		c.out = append(c.out, backend.Event{Kind: backend.EventDone, At: now, Worker: backend.WorkerID(e.w.id), Model: e.model, Call: ci.ref(), Timing: ci.timing})
+		c.retired = append(c.retired, ci)
 	}
 	for _, id := range e.cancels {
 		c.abort(e, id, now)
