@@ -1,8 +1,11 @@
 package mosaic
 
 import (
+	"cmp"
 	"fmt"
+	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/policies/solver"
@@ -79,18 +82,62 @@ func Breakpoints(n int) []int {
 
 // Curve samples ServeTime at Breakpoints(n).
 func (p *Profile) Curve(n int) (solver.Curve, error) {
-	var c solver.Curve
-	prev := 0.0
-	for _, x := range Breakpoints(n) {
-		t, err := p.ServeTime(x)
-		if err != nil {
-			return c, err
-		}
-		// Keep the curve non-decreasing: more calls never take less time to serve.
-		t = max(t, prev)
-		prev = t
-		c.X = append(c.X, x)
-		c.T = append(c.T, t)
+	cs, err := Curves([]*Profile{p}, []int{n})
+	if err != nil {
+		return solver.Curve{}, err
 	}
-	return c, nil
+	return cs[0], nil
+}
+
+// Curves samples each profile's ServeTime at Breakpoints(ns[i]), the simulations spread over
+// the available cores (each is independent and deterministic, so the curves do not depend
+// on how they were spread), the longest first.
+func Curves(profiles []*Profile, ns []int) ([]solver.Curve, error) {
+	type job struct{ profile, point, x int }
+	var jobs []job
+	times := make([][]float64, len(profiles))
+	for i := range profiles {
+		xs := Breakpoints(ns[i])
+		times[i] = make([]float64, len(xs))
+		for k, x := range xs {
+			jobs = append(jobs, job{i, k, x})
+		}
+	}
+	slices.SortStableFunc(jobs, func(a, b job) int { return cmp.Compare(b.x, a.x) })
+	errs := make([]error, len(jobs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(jobs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range next {
+				jb := jobs[j]
+				times[jb.profile][jb.point], errs[j] = profiles[jb.profile].ServeTime(jb.x)
+			}
+		}()
+	}
+	for j := range jobs {
+		next <- j
+	}
+	close(next)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	out := make([]solver.Curve, len(profiles))
+	for i := range profiles {
+		c := &out[i]
+		prev := 0.0
+		for k, x := range Breakpoints(ns[i]) {
+			// Keep the curve non-decreasing: more calls never take less time to serve.
+			t := max(times[i][k], prev)
+			prev = t
+			c.X = append(c.X, x)
+			c.T = append(c.T, t)
+		}
+	}
+	return out, nil
 }

@@ -171,6 +171,35 @@ func PlanStage(ctx context.Context, infos []policies.ModelInfo, outputs map[stri
 		byName[m.Name] = m
 	}
 	sp := &StagePlan{Problem: solver.Problem{Workers: workers, Offset: offset, TimeLimit: limit}}
+	// The serving curves of the models on a cluster of one kind of worker, profiled together
+	// (spread over the cores).
+	var profs []*Profile
+	var ns []int
+	for _, d := range demand {
+		info, ok := byName[d.Model]
+		if d.Calls == 0 {
+			continue
+		}
+		if !ok {
+			return nil, fmt.Errorf("unknown model %q", d.Model)
+		}
+		if info.Workers != nil {
+			continue
+		}
+		dist := outputs[d.Model]
+		if dist == nil {
+			dist = info.Output
+		}
+		prof, err := NewProfile(info, dist, d.Prompt)
+		if err != nil {
+			return nil, err
+		}
+		profs, ns = append(profs, prof), append(ns, d.Calls)
+	}
+	curves, err := Curves(profs, ns)
+	if err != nil {
+		return nil, err
+	}
 	for _, d := range demand {
 		if d.Calls == 0 {
 			continue
@@ -185,14 +214,8 @@ func PlanStage(ctx context.Context, infos []policies.ModelInfo, outputs map[stri
 		}
 		var it solver.Item
 		if info.Workers == nil {
-			prof, err := NewProfile(info, dist, d.Prompt)
-			if err != nil {
-				return nil, err
-			}
-			curve, err := prof.Curve(d.Calls)
-			if err != nil {
-				return nil, err
-			}
+			curve := curves[0]
+			curves = curves[1:]
 			load := info.LoadTime.Seconds()
 			reps := workers
 			if load > 0 {
