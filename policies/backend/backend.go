@@ -103,7 +103,8 @@ type Event struct {
 	Worker WorkerID
 	Model  string
 	// Call is the finished (or failed) call of EventDone and EventFailed, the skipped call of
-	// EventSkipped.
+	// EventSkipped. A backend's reference is valid until its next call to Next (the simulated
+	// cluster reuses it for a later call): copy the CallRef to keep it.
 	Call *CallRef
 	// Timing of a finished call, filled by the backend.
 	Timing CallTiming
