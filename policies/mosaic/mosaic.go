@@ -171,47 +171,47 @@ func PlanStage(ctx context.Context, infos []policies.ModelInfo, outputs map[stri
 		byName[m.Name] = m
 	}
 	sp := &StagePlan{Problem: solver.Problem{Workers: workers, Offset: offset, TimeLimit: limit}}
-	// The serving curves of the models on a cluster of one kind of worker, profiled together
-	// (spread over the cores).
-	var profs []*Profile
-	var ns []int
+	// Each model with calls, with the output distribution it is planned with.
+	type model struct {
+		d    Demand
+		info policies.ModelInfo
+		dist traces.LengthDist
+	}
+	var models []model
 	for _, d := range demand {
-		info, ok := byName[d.Model]
 		if d.Calls == 0 {
 			continue
 		}
+		info, ok := byName[d.Model]
 		if !ok {
 			return nil, fmt.Errorf("unknown model %q", d.Model)
-		}
-		if info.Workers != nil {
-			continue
 		}
 		dist := outputs[d.Model]
 		if dist == nil {
 			dist = info.Output
 		}
-		prof, err := NewProfile(info, dist, d.Prompt)
+		models = append(models, model{d, info, dist})
+	}
+	// The serving curves of the models on a cluster of one kind of worker, profiled together
+	// (spread over the cores).
+	var profs []*Profile
+	var ns []int
+	for _, m := range models {
+		if m.info.Workers != nil {
+			continue
+		}
+		prof, err := NewProfile(m.info, m.dist, m.d.Prompt)
 		if err != nil {
 			return nil, err
 		}
-		profs, ns = append(profs, prof), append(ns, d.Calls)
+		profs, ns = append(profs, prof), append(ns, m.d.Calls)
 	}
 	curves, err := Curves(profs, ns)
 	if err != nil {
 		return nil, err
 	}
-	for _, d := range demand {
-		if d.Calls == 0 {
-			continue
-		}
-		info, ok := byName[d.Model]
-		if !ok {
-			return nil, fmt.Errorf("unknown model %q", d.Model)
-		}
-		dist := outputs[d.Model]
-		if dist == nil {
-			dist = info.Output
-		}
+	for _, m := range models {
+		d, info := m.d, m.info
 		var it solver.Item
 		if info.Workers == nil {
 			curve := curves[0]
@@ -224,7 +224,7 @@ func PlanStage(ctx context.Context, infos []policies.ModelInfo, outputs map[stri
 			it = solver.Item{Name: d.Model, Calls: d.Calls, Load: load, Curve: curve, MaxReplicas: reps}
 		} else {
 			var err error
-			if it, err = mixedItem(info, dist, d, workers); err != nil {
+			if it, err = mixedItem(info, m.dist, d, workers); err != nil {
 				return nil, err
 			}
 		}

@@ -98,20 +98,13 @@ func solveExact(ctx context.Context, p Problem) (plan *Plan, ok bool, err error)
 		}
 		reps[m] = len(o.ws)
 	}
-	counts, err := p.balancedCounts(placed, reps)
-	if err != nil {
-		return nil, false, err
-	}
 	lb, err := LowerBound(p)
 	if err != nil {
 		return nil, false, err
 	}
-	plan = &Plan{Counts: counts, ILPMakespan: s.best, LowerBound: lb, Status: Optimal, Method: MethodExact}
-	p.improve(plan.Counts)
-	plan.WorkerTime = p.Evaluate(plan.Counts)
-	plan.Makespan = maxOf(plan.WorkerTime)
-	plan.Gap = gap(plan.Makespan, lb)
-	plan.SolveTime = time.Since(start)
+	if plan, err = p.planFrom(placed, reps, s.best, lb, Optimal, MethodExact, start); err != nil {
+		return nil, false, err
+	}
 	return plan, true, nil
 }
 

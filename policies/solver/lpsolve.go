@@ -213,15 +213,5 @@ func SolveILP(ctx context.Context, p Problem) (*Plan, error) {
 			}
 		}
 	}
-	counts, err := p.balancedCounts(placed, reps)
-	if err != nil {
-		return nil, err
-	}
-	plan := &Plan{Counts: counts, ILPMakespan: vars[md.c], LowerBound: lb, Status: status, Method: MethodLPSolve}
-	p.improve(plan.Counts)
-	plan.WorkerTime = p.Evaluate(plan.Counts)
-	plan.Makespan = maxOf(plan.WorkerTime)
-	plan.Gap = gap(plan.Makespan, lb)
-	plan.SolveTime = time.Since(start)
-	return plan, nil
+	return p.planFrom(placed, reps, vars[md.c], lb, status, MethodLPSolve, start)
 }

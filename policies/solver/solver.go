@@ -387,6 +387,23 @@ func (p *Problem) balancedCounts(placed [][]bool, reps []int) ([][]int, error) {
 	return counts, nil
 }
 
+// planFrom completes a plan from an ILP solution (the workers of each item's replicas, their
+// number, and the solution's makespan): even splits, then the improving moves, with the
+// plan's predicted times and its gap to lb.
+func (p *Problem) planFrom(placed [][]bool, reps []int, ilpMakespan, lb float64, status Status, method string, start time.Time) (*Plan, error) {
+	counts, err := p.balancedCounts(placed, reps)
+	if err != nil {
+		return nil, err
+	}
+	plan := &Plan{Counts: counts, ILPMakespan: ilpMakespan, LowerBound: lb, Status: status, Method: method}
+	p.improve(plan.Counts)
+	plan.WorkerTime = p.Evaluate(plan.Counts)
+	plan.Makespan = maxOf(plan.WorkerTime)
+	plan.Gap = gap(plan.Makespan, lb)
+	plan.SolveTime = time.Since(start)
+	return plan, nil
+}
+
 func (p *Problem) offset(w int) float64 {
 	if p.Offset == nil {
 		return 0
