@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/mosaic-sched/mosaic/traces"
@@ -365,7 +366,7 @@ func (r *Result) busySpans(w WorkerID, calls []int32, spans []Interval, edges []
 	var cur Interval
 	var area float64
 	var last time.Duration
-	models := map[string]bool{}
+	var models []string // distinct models of the current span (a worker serves a few)
 	for _, e := range edges {
 		t := e.at()
 		if n > 0 {
@@ -376,9 +377,11 @@ func (r *Result) busySpans(w WorkerID, calls []int32, spans []Interval, edges []
 			if n == 0 {
 				cur = Interval{Worker: w, Kind: "busy", Start: t}
 				area = 0
-				clear(models)
+				models = models[:0]
 			}
-			models[r.Calls[e.call].Call.Model] = true
+			if m := r.Calls[e.call].Call.Model; !slices.Contains(models, m) {
+				models = append(models, m)
+			}
 			n++
 		} else {
 			n--
@@ -395,20 +398,10 @@ func (r *Result) busySpans(w WorkerID, calls []int32, spans []Interval, edges []
 	return spans, edges
 }
 
-func joinKeys(m map[string]bool) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	s := ""
-	for i, k := range keys {
-		if i > 0 {
-			s += "+"
-		}
-		s += k
-	}
-	return s
+// joinKeys joins distinct names in sorted order with "+"; it sorts names in place.
+func joinKeys(names []string) string {
+	sort.Strings(names)
+	return strings.Join(names, "+")
 }
 
 // LatencyStats summarises a sample of latencies in seconds, vLLM-benchmark style: mean,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"sort"
 	"time"
 )
@@ -179,6 +180,13 @@ type Engine struct {
 	// opens counts the open sequences in the engine (Request.Open); while there are none,
 	// every running sequence takes part in each iteration.
 	opens int
+	// plan caches the steady-stretch analysis of the current state (steadySteps), which
+	// SteadyPlan, StepsToReach and RunSteady would otherwise repeat; every change of state
+	// (Add, Grow, Abort, an iteration) drops it.
+	plan steadyPlan
+	// blockShift is log2 of the block size when it is a power of two (vLLM's are), else -1:
+	// blocksFor then shifts instead of dividing.
+	blockShift int
 
 	// totals
 	steps       uint64
@@ -187,12 +195,26 @@ type Engine struct {
 	preemptions int
 }
 
+// steadyPlan is the analysis of one engine state by steadySteps: k steady decode iterations
+// are possible (0: the next iteration is not a plain decode of the whole batch), the first
+// sequence finishes after kFinish of them, and ctx0 is the sum of the cached tokens of the n
+// active sequences before the first.
+type steadyPlan struct {
+	ok         bool
+	k, kFinish int
+	n          int
+	ctx0       float64
+}
+
 // NewEngine returns an idle engine.
 func NewEngine(cfg EngineConfig, cost *CostModel) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, cost: cost, free: cfg.NumBlocks}
+	e := &Engine{cfg: cfg, cost: cost, free: cfg.NumBlocks, blockShift: -1}
+	if bs := cfg.BlockSize; bs&(bs-1) == 0 {
+		e.blockShift = bits.TrailingZeros(uint(bs))
+	}
 	if cfg.PrefixCaching {
 		e.prefix = newPrefixCache()
 	}
@@ -218,6 +240,7 @@ func (e *Engine) Add(r Request) error {
 	if !e.cfg.ChunkedPrefill && total > e.cfg.MaxBatchedTokens {
 		return fmt.Errorf("request %d: %d tokens exceed the token budget %d and chunked prefill is off", r.ID, total, e.cfg.MaxBatchedTokens)
 	}
+	e.plan.ok = false
 	var s *seqState
 	if n := len(e.spare); n > 0 {
 		s, e.spare = e.spare[n-1], e.spare[:n-1]
@@ -255,6 +278,7 @@ func (e *Engine) Grow(id uint64, tokens int, close bool) error {
 	if need := ceilDiv(total, e.cfg.BlockSize); need > e.cfg.NumBlocks-e.cfg.WatermarkBlocks {
 		return fmt.Errorf("request %d: %d tokens need %d KV blocks but the cache holds %d", id, total, need, e.cfg.NumBlocks-e.cfg.WatermarkBlocks)
 	}
+	e.plan.ok = false
 	s.req.PromptTokens += tokens
 	if close {
 		s.req.Open = false
@@ -373,6 +397,7 @@ func (e *Engine) reset() *Iteration {
 	it.Preempted = it.Preempted[:0]
 	it.Admitted = it.Admitted[:0]
 	e.preempt = false
+	e.plan.ok = false
 	return it
 }
 
@@ -453,7 +478,7 @@ func (e *Engine) scheduleRunning(sched []*seqState, budget int) ([]*seqState, in
 		if n <= 0 {
 			continue
 		}
-		blocks := ceilDiv(s.computed+n, e.cfg.BlockSize) - s.blocks - s.cached
+		blocks := e.blocksFor(s.computed+n) - s.blocks - s.cached
 		self := false
 		for blocks > e.free && !self {
 			victim := e.running[len(e.running)-1]
@@ -616,9 +641,17 @@ func (e *Engine) Advance(horizon time.Duration) *Iteration {
 // steadySteps returns how many identical decode iterations can run before the batch changes,
 // or 0 when the next iteration is not a plain decode of the whole batch.
 func (e *Engine) steadySteps() int {
+	if !e.plan.ok {
+		e.plan = e.analyse()
+	}
+	return e.plan.k
+}
+
+// analyse works out the steady stretch the current state allows (see steadySteps).
+func (e *Engine) analyse() steadyPlan {
 	n := e.active()
 	if n == 0 || e.admissible() {
-		return 0
+		return steadyPlan{ok: true}
 	}
 	bs := e.cfg.BlockSize
 	var cnt [65]int // offsets when bs <= 64; fall back to a slice otherwise
@@ -629,14 +662,16 @@ func (e *Engine) steadySteps() int {
 		counts = make([]int, bs+1)
 	}
 	kFinish := math.MaxInt
+	ctx0 := 0.0
 	for _, s := range e.running {
 		if e.opens > 0 && s.stalled() {
 			continue
 		}
 		if s.length()-s.computed != 1 || s.generated == 0 {
-			return 0 // not a decode: a prompt (or its last token) still to prefill
+			return steadyPlan{ok: true} // not a decode: a prompt (or its last token) still to prefill
 		}
 		kFinish = min(kFinish, s.req.OutputTokens-s.generated)
+		ctx0 += float64(s.computed)
 		// The first step that needs a new block: the token at position computed+1 opens one
 		// when computed is a multiple of the block size.
 		r := (s.blocks+s.cached)*bs - s.computed + 1
@@ -651,7 +686,7 @@ func (e *Engine) steadySteps() int {
 		rem = r
 	}
 	kBlocks := q*bs + rem
-	return min(kFinish, kBlocks)
+	return steadyPlan{ok: true, k: min(kFinish, kBlocks), kFinish: kFinish, n: n, ctx0: ctx0}
 }
 
 // admissible reports whether a waiting sequence could join the batch in the next iteration.
@@ -671,17 +706,14 @@ func (e *Engine) admissible() bool {
 }
 
 // stretchSeconds is the duration of k steady decode iterations: iteration i (1-based) costs
-// base + slope*(ctx0 + n*i), where ctx0 is the sum of cached tokens before the first.
+// base + slope*(ctx0 + n*i), where ctx0 is the sum of cached tokens before the first. It
+// needs the current state's steady plan (steadySteps).
 func (e *Engine) stretchSeconds(k int) float64 {
-	n := e.active()
-	base, slope := e.cost.decodeLine(n)
-	ctx0 := 0.0
-	for _, s := range e.running {
-		if e.opens > 0 && s.stalled() {
-			continue
-		}
-		ctx0 += float64(s.computed)
+	if !e.plan.ok {
+		e.steadySteps()
 	}
+	n, ctx0 := e.plan.n, e.plan.ctx0
+	base, slope := e.cost.decodeLine(n)
 	kk := float64(k)
 	return kk*(base+slope*ctx0) + slope*float64(n)*kk*(kk+1)/2
 }
@@ -696,28 +728,38 @@ func (e *Engine) stepsToReach(k int, horizon float64) int {
 
 // decodeStretch runs k steady decode iterations at once.
 func (e *Engine) decodeStretch(k int) *Iteration {
-	it := e.reset()
 	sec := e.stretchSeconds(k)
-	bs := e.cfg.BlockSize
+	n := e.plan.n
+	done := k >= e.plan.kFinish // a sequence produces its last token
+	it := e.reset()
 	for _, s := range e.running {
 		if e.opens > 0 && s.stalled() {
 			continue
 		}
 		s.computed += k
 		s.generated += k
-		nb := ceilDiv(s.computed, bs) - s.cached
+		nb := e.blocksFor(s.computed) - s.cached
 		e.free -= nb - s.blocks
 		s.blocks = nb
 		it.Produced = append(it.Produced, Produced{ID: s.req.ID, Tokens: k})
 	}
 	e.reclaim()
-	n := e.active()
-	e.finish(it)
+	if done {
+		e.finish(it)
+	}
 	e.account(it, k, n, sec)
 	return it
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// blocksFor returns the KV blocks that tokens occupy (tokens >= 0).
+func (e *Engine) blocksFor(tokens int) int {
+	if e.blockShift >= 0 {
+		return (tokens + e.cfg.BlockSize - 1) >> e.blockShift
+	}
+	return ceilDiv(tokens, e.cfg.BlockSize)
+}
 
 // SteadyPlan returns how many identical decode iterations the engine can run before its batch
 // changes (a finish or the KV cache running out) and how long they take, without running
@@ -750,6 +792,7 @@ func (e *Engine) RunSteady(k int) *Iteration {
 // blocks, as vLLM aborts a request whose client went away. It returns the output tokens the
 // request had produced and whether it was in the engine.
 func (e *Engine) Abort(id uint64) (generated int, ok bool) {
+	e.plan.ok = false
 	if s := e.find(id); s != nil && s.req.Open {
 		e.opens--
 	}

@@ -736,3 +736,40 @@ func TestAbort(t *testing.T) {
 		assert.ElementsMatch(t, []uint64{2, 3}, finished, "chunked=%v", chunked)
 	}
 }
+
+// The steady plan follows every change of the engine's state: a request that could join the
+// batch ends the stretch, aborting it restores the stretch, growing or aborting a running
+// sequence changes it, and a plan's duration is that of its iterations run one by one.
+func TestSteadyPlanFollowsChanges(t *testing.T) {
+	cfg := sim.EngineConfig{MaxNumSeqs: 8, MaxBatchedTokens: 2048, ChunkedPrefill: true, BlockSize: 16, NumBlocks: 1000}
+	eng := newEngine(t, cfg)
+	for id := uint64(1); id <= 3; id++ {
+		require.NoError(t, eng.Add(sim.Request{ID: id, PromptTokens: 100 * int(id), OutputTokens: 200 + int(id)}))
+	}
+	eng.Step() // prefill: the batch then decodes steadily
+	k, d := eng.SteadyPlan()
+	require.Equal(t, 200, k, "steps until request 1 finishes")
+	require.Positive(t, d)
+
+	require.NoError(t, eng.Add(sim.Request{ID: 4, PromptTokens: 50, OutputTokens: 10}))
+	k4, _ := eng.SteadyPlan()
+	assert.Zero(t, k4, "a waiting request that fits ends the steady stretch")
+	_, ok := eng.Abort(4)
+	require.True(t, ok)
+	k5, d5 := eng.SteadyPlan()
+	assert.Equal(t, k, k5)
+	assert.Equal(t, d, d5)
+
+	_, ok = eng.Abort(1)
+	require.True(t, ok)
+	k6, d6 := eng.SteadyPlan()
+	assert.Equal(t, 201, k6, "steps until request 2 finishes")
+	first := snapshot(eng.RunSteady(k6 - 1))
+	assert.Empty(t, first.Finished)
+	k7, _ := eng.SteadyPlan()
+	assert.Equal(t, 1, k7)
+	last := snapshot(eng.RunSteady(1))
+	assert.Equal(t, []uint64{2}, last.Finished)
+	assert.InDelta(t, d6.Seconds(), (first.Duration + last.Duration).Seconds(), 1e-6)
+	assert.Panics(t, func() { eng.RunSteady(2) }, "request 3 has one token left")
+}
