@@ -1,6 +1,8 @@
 package experiments_test
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -119,4 +121,32 @@ func TestTensorParallelCluster(t *testing.T) {
 			assert.True(t, strings.Contains(err.Error(), tc.want), "got %v", err)
 		})
 	}
+}
+
+// [engine] launch_floor_ms reaches the cost model and lengthens a batch whose decode steps
+// are shorter than the floor; a preset with a floor must say where it was measured.
+func TestEngineLaunchFloor(t *testing.T) {
+	run := func(engine string) (sim.Coefficients, float64) {
+		r, err := resolve(t, batchExperiment(`gpu = "H100-80GB"`, engine, "qwen2.5-7b"))
+		require.NoError(t, err)
+		rep, err := r.RunBatch()
+		require.NoError(t, err)
+		return r.Models[0].Cost.Coef, rep.Result.Makespan.Seconds()
+	}
+	plain, base := run(`preset = "vllm-0.6"`)
+	assert.Zero(t, plain.LaunchFloorMS)
+	coef, floored := run("preset = \"vllm-0.6\"\nlaunch_floor_ms = 50")
+	assert.Equal(t, 50.0, coef.LaunchFloorMS)
+	// 32 output tokens take 32 iterations (a prefill and 31 decodes), each at least the floor,
+	// while without it the whole batch takes far less.
+	assert.GreaterOrEqual(t, floored, 32*0.050)
+	assert.Less(t, base, 0.5*floored)
+
+	_, err := resolve(t, batchExperiment(`gpu = "H100-80GB"`, "launch_floor_ms = -1", "qwen2.5-7b"))
+	assert.ErrorContains(t, err, "engine.launch_floor_ms")
+
+	cat := sim.DefaultCatalog()
+	path := filepath.Join(t.TempDir(), "eager.toml")
+	require.NoError(t, os.WriteFile(path, []byte("[[engine]]\nname = \"eager\"\nsource = \"test\"\nmax_num_seqs = 8\nmax_batched_tokens = 2048\nchunked_prefill = true\nlaunch_floor_ms = 9\n"), 0o644))
+	assert.ErrorContains(t, cat.AddFile(path), "overhead_source is missing")
 }

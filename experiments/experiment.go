@@ -111,6 +111,9 @@ type Engine struct {
 	// iteration and per sequence (milliseconds).
 	IterationOverheadMS *float64 `toml:"iteration_overhead_ms"`
 	PerSeqOverheadMS    *float64 `toml:"per_seq_overhead_ms"`
+	// LaunchFloorMS replaces the launch floor of the engine's iterations (milliseconds): an
+	// eager engine's GPU part lasts at least this long (0: an engine with CUDA graphs).
+	LaunchFloorMS *float64 `toml:"launch_floor_ms"`
 	// LoadGBps and StartupS replace the profile's model-load coefficients: a load takes
 	// weight bytes / load_gbps + startup_s seconds.
 	LoadGBps *float64 `toml:"load_gbps"`

@@ -726,6 +726,7 @@ func (e *Experiment) gpuCoefficients(r *Resolved, g *sim.GPU) (sim.Coefficients,
 	}{
 		{"engine.iteration_overhead_ms", e.Engine.IterationOverheadMS, &coef.IterationOverheadMS},
 		{"engine.per_seq_overhead_ms", e.Engine.PerSeqOverheadMS, &coef.PerSeqOverheadMS},
+		{"engine.launch_floor_ms", e.Engine.LaunchFloorMS, &coef.LaunchFloorMS},
 		{"engine.startup_s", e.Engine.StartupS, &coef.StartupS},
 	} {
 		if o.v == nil {

@@ -17,6 +17,11 @@ type Coefficients struct {
 	// AttentionEfficiency is the fraction of HBM bandwidth (and of peak FLOP/s) reached by the
 	// paged-attention kernels reading the KV cache.
 	AttentionEfficiency float64 `toml:"attention_efficiency"`
+	// AttentionComputeEfficiency, when positive, replaces AttentionEfficiency on the attention
+	// kernels' compute roof (FLOPs per query head and key), for kernels that run far below
+	// peak there while reading the KV cache near its bandwidth; 0 keeps AttentionEfficiency
+	// for both roofs.
+	AttentionComputeEfficiency float64 `toml:"attention_compute_efficiency"`
 	// IterationOverheadMS is the fixed time of one engine iteration (scheduling, kernel
 	// launches, sampling set-up), milliseconds.
 	IterationOverheadMS float64 `toml:"iteration_overhead_ms"`
@@ -46,6 +51,11 @@ type Coefficients struct {
 	// LinkEfficiency is the fraction of the interconnect's bandwidth (GPU.LinkGBps) that an
 	// all-reduce reaches. Unused at TP = 1.
 	LinkEfficiency float64 `toml:"link_efficiency"`
+	// LaunchFloorMS is the shortest time the GPU's part of an iteration can take, set by the
+	// CPU launching its kernels one by one (an eager engine: no CUDA graphs), milliseconds.
+	// The GPU runs behind the launches, so the iteration's GPU part lasts max(launch_floor_ms,
+	// its roofline work); 0 (engines that replay CUDA graphs) leaves the roofline alone.
+	LaunchFloorMS float64 `toml:"launch_floor_ms"`
 }
 
 // Validate reports coefficients that would make the cost model meaningless.
@@ -62,6 +72,9 @@ func (c Coefficients) Validate() error {
 			return fmt.Errorf("%s must be in (0, 1], got %g", f.name, f.v)
 		}
 	}
+	if !(c.AttentionComputeEfficiency >= 0 && c.AttentionComputeEfficiency <= 1) {
+		return fmt.Errorf("attention_compute_efficiency must be in [0, 1] (0: attention_efficiency), got %g", c.AttentionComputeEfficiency)
+	}
 	if c.IterationOverheadMS < 0 || c.PerSeqOverheadMS < 0 || c.ReserveGiB < 0 {
 		return fmt.Errorf("iteration_overhead_ms, per_seq_overhead_ms and reserve_gib must not be negative")
 	}
@@ -76,6 +89,9 @@ func (c Coefficients) Validate() error {
 	}
 	if !(c.LinkEfficiency > 0 && c.LinkEfficiency <= 1) {
 		return fmt.Errorf("link_efficiency must be in (0, 1], got %g", c.LinkEfficiency)
+	}
+	if c.LaunchFloorMS < 0 {
+		return fmt.Errorf("launch_floor_ms must not be negative, got %g", c.LaunchFloorMS)
 	}
 	return nil
 }
@@ -105,7 +121,7 @@ type Batch struct {
 //
 //	T = o_iter + o_seq * Seqs
 //	  + max( F_lin / (TP * P * e_c),  W(Tokens) / (TP * B * e_m) )   linear layers and LM head
-//	  + max( F_att / (TP * P * e_a),  K / (B * e_a) )                attention over the KV cache
+//	  + max( F_att / (TP * P * e_ac), K / (B * e_a) )                attention over the KV cache
 //	  + [TP > 1] 2 * layers * ( a_ar + 2(TP-1) * a_hop
 //	                          + 2(TP-1)/TP * Tokens * hidden * dtype_bytes / (L(TP) * e_l) )
 //
@@ -122,13 +138,19 @@ type Batch struct {
 // experts per token; k = 1 and X = 1 for a dense model), X(Tokens) the expected number of
 // distinct experts the batch's tokens touch per layer (Model.ExpectedExperts), and
 // kv_heads_per_gpu = max(kv_heads / TP, 1) (vLLM replicates KV heads when TP exceeds them).
-// e_c, e_m, e_a, o_iter, o_seq, a_ar, a_hop and e_l are the fitted Coefficients. The last line
+// e_c, e_m, e_a, o_iter, o_seq, a_ar, a_hop and e_l are the fitted Coefficients; e_ac is e_a
+// unless AttentionComputeEfficiency gives it apart. The last line
 // is a ring all-reduce of the activations after the attention output projection and after the
 // MLP of every layer: a fixed latency a_ar, 2(TP-1) steps of latency a_hop, and 2(TP-1)/TP of
 // the message through the link. a_ar also absorbs the part of each layer (norms, residual
-// adds, kernel-launch floors) that does not shrink when the layer is sharded. Both terms of each max grow with the batch, so small batches are bound by reading the
-// weights and large prefills by compute, as on real GPUs; long contexts add KV traffic to
-// every decode step.
+// adds, kernel-launch floors) that does not shrink when the layer is sharded. Both terms of
+// each max grow with the batch, so small batches are bound by reading the weights and large
+// prefills by compute, as on real GPUs; long contexts add KV traffic to every decode step.
+//
+// An eager engine (no CUDA graphs) launches every kernel from the CPU and the GPU runs behind
+// the launches, so its GPU part, the three roofline lines above, lasts at least the launch
+// floor f = LaunchFloorMS: T = o_iter + o_seq * Seqs + max(f, linear + attention + all-reduce).
+// With f = 0 (the default: engines that replay CUDA graphs) the sum stands as written.
 //
 // A model load takes weight_bytes / (LoadGBps * 1e9) + StartupS seconds (a tensor-parallel
 // group reads the whole checkpoint at the node's load bandwidth).
@@ -150,6 +172,7 @@ type CostModel struct {
 	perSeq            float64 // o_seq, seconds
 	allReduceFixed    float64 // latency of one iteration's all-reduces, seconds
 	allReducePerToken float64 // their transfer time per token, seconds
+	floor             float64 // f: the launch floor of the GPU part, seconds
 }
 
 // CostOption configures a cost model beyond its model, GPU and coefficients.
@@ -200,6 +223,10 @@ func NewCostModel(m *Model, g *GPU, c Coefficients, opts ...CostOption) (*CostMo
 	peak := g.PeakTFLOPs * 1e12
 	bw := g.HBMGBps * 1e9
 	lmHead := float64(m.Hidden * m.Vocab)
+	attCompute := c.AttentionEfficiency
+	if c.AttentionComputeEfficiency > 0 {
+		attCompute = c.AttentionComputeEfficiency
+	}
 	cm := &CostModel{
 		Model:           m,
 		GPU:             g,
@@ -208,10 +235,11 @@ func NewCostModel(m *Model, g *GPU, c Coefficients, opts ...CostOption) (*CostMo
 		flopsPerToken:   2 * m.activeLinearParams(),
 		flopsPerSample:  2 * lmHead,
 		linComputeScale: 1 / (peak * c.ComputeEfficiency * tp),
-		attPerPair:      4 * float64(m.Layers*(m.Heads/o.tp)*m.HeadDim) / (peak * c.AttentionEfficiency),
+		attPerPair:      4 * float64(m.Layers*(m.Heads/o.tp)*m.HeadDim) / (peak * attCompute),
 		attPerKVToken:   kvBytesPerTokenPerGPU(m, o.tp) / (bw * c.AttentionEfficiency),
 		fixed:           c.IterationOverheadMS / 1e3,
 		perSeq:          c.PerSeqOverheadMS / 1e3,
+		floor:           c.LaunchFloorMS / 1e3,
 	}
 	if m.MoE() {
 		nAtt := float64(m.Layers) * m.attentionParams()
@@ -260,6 +288,13 @@ func (c *CostModel) IterationSeconds(b Batch) float64 {
 	}
 	lin := math.Max((c.flopsPerToken*float64(b.Tokens)+c.flopsPerSample*float64(b.Sampled))*c.linComputeScale, c.weightSeconds(b.Tokens))
 	att := math.Max(c.attPerPair*b.AttentionPairs, c.attPerKVToken*b.KVTokens)
+	if c.floor > 0 {
+		gpu := lin + att
+		if c.TP > 1 {
+			gpu += c.allReduceFixed + c.allReducePerToken*float64(b.Tokens)
+		}
+		return c.fixed + c.perSeq*float64(b.Seqs) + math.Max(c.floor, gpu)
+	}
 	t := c.fixed + c.perSeq*float64(b.Seqs) + lin + att
 	if c.TP > 1 {
 		t += c.allReduceFixed + c.allReducePerToken*float64(b.Tokens)
@@ -296,8 +331,9 @@ func (c *CostModel) LinearParts(b Batch) (linear, allReduce float64, bound strin
 }
 
 // decodeLine returns the iteration time of n decoding sequences as base + slope*ctx, where ctx
-// is the sum of their contexts (each including its new token). Pure decode batches have
-// AttentionPairs = KVTokens = ctx, so the roofline's attention term is linear in ctx.
+// is the sum of their contexts (each including its new token), without the launch floor. Pure
+// decode batches have AttentionPairs = KVTokens = ctx, so the roofline's attention term is
+// linear in ctx.
 func (c *CostModel) decodeLine(n int) (base, slope float64) {
 	lin := math.Max((c.flopsPerToken+c.flopsPerSample)*float64(n)*c.linComputeScale, c.weightSeconds(n))
 	base = c.fixed + c.perSeq*float64(n) + lin
@@ -305,6 +341,32 @@ func (c *CostModel) decodeLine(n int) (base, slope float64) {
 		base += c.allReduceFixed + c.allReducePerToken*float64(n)
 	}
 	return base, math.Max(c.attPerPair, c.attPerKVToken)
+}
+
+// decodeSeconds is the duration of k decode iterations of n sequences whose contexts sum to
+// ctx0 before the first: iteration i (1-based) costs IterationSeconds of a decode batch with
+// ctx0 + n*i context tokens. Without a launch floor that is base + slope*(ctx0 + n*i), summed
+// in closed form; with one, the iterations whose GPU part stays under the floor (the first m:
+// the GPU part grows with the context) take the floor instead.
+func (c *CostModel) decodeSeconds(n, k int, ctx0 float64) float64 {
+	base, slope := c.decodeLine(n)
+	kk, nn := float64(k), float64(n)
+	if c.floor <= 0 {
+		return kk*(base+slope*ctx0) + slope*nn*kk*(kk+1)/2
+	}
+	over := c.fixed + c.perSeq*nn
+	gpu0 := base - over + slope*ctx0 // GPU part of iteration i: gpu0 + slope*n*i
+	m := 0.0                         // iterations at the floor: gpu0 + slope*n*i < floor
+	switch step := slope * nn; {
+	case step <= 0:
+		if gpu0 < c.floor {
+			m = kk
+		}
+	default:
+		// i < x with x = (floor - gpu0) / step, so m = ceil(x) - 1 clamped to [0, k].
+		m = math.Min(math.Max(math.Ceil((c.floor-gpu0)/step)-1, 0), kk)
+	}
+	return kk*over + m*c.floor + (kk-m)*gpu0 + slope*nn*(kk*(kk+1)/2-m*(m+1)/2)
 }
 
 // LoadTime is the time to load the model's weights and start the engine.

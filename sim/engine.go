@@ -705,17 +705,13 @@ func (e *Engine) admissible() bool {
 	return ok && e.free-blocks-unreferenced >= e.cfg.WatermarkBlocks
 }
 
-// stretchSeconds is the duration of k steady decode iterations: iteration i (1-based) costs
-// base + slope*(ctx0 + n*i), where ctx0 is the sum of cached tokens before the first. It
-// needs the current state's steady plan (steadySteps).
+// stretchSeconds is the duration of k steady decode iterations of the current state's steady
+// plan (steadySteps): see CostModel.decodeSeconds.
 func (e *Engine) stretchSeconds(k int) float64 {
 	if !e.plan.ok {
 		e.steadySteps()
 	}
-	n, ctx0 := e.plan.n, e.plan.ctx0
-	base, slope := e.cost.decodeLine(n)
-	kk := float64(k)
-	return kk*(base+slope*ctx0) + slope*float64(n)*kk*(kk+1)/2
+	return e.cost.decodeSeconds(e.plan.n, k, e.plan.ctx0)
 }
 
 // stepsToReach returns the smallest k' <= k whose stretch lasts at least horizon seconds, or k.

@@ -303,29 +303,71 @@ func TestAdvanceMatchesStep(t *testing.T) {
 	for _, tc := range engineCases() {
 		for _, seed := range seeds {
 			t.Run(fmt.Sprintf("%s/seed=%d", tc.name, seed), func(t *testing.T) {
-				run := func(advance bool) *checker {
-					c := newChecker(t, newEngine(t, tc.cfg))
-					for _, r := range workload(seed) {
-						c.add(r)
-					}
-					c.drain(advance)
-					return c
-				}
-				step, adv := run(false), run(true)
-				assert.Equal(t, step.order, adv.order, "finish order")
-				assert.Equal(t, step.tokens, adv.tokens, "tokens per request")
-				assert.Equal(t, firstOrder(step.records), firstOrder(adv.records), "first-token order")
-				assert.Equal(t, step.steps, adv.steps, "iterations")
-				assert.Equal(t, step.eng.Stats().Preemptions, adv.eng.Stats().Preemptions, "preemptions")
-				assert.LessOrEqual(t, len(adv.records), len(step.records))
-				tol := time.Duration(step.steps) * time.Microsecond
-				assert.InDelta(t, float64(step.busy), float64(adv.busy), float64(tol), "total duration")
-				// Finish times too, not only the total.
-				sf, af := finishTimes(step.records), finishTimes(adv.records)
-				for id, want := range sf {
-					assert.InDelta(t, float64(want), float64(af[id]), float64(tol), "finish time of %d", id)
-				}
+				assertAdvanceMatchesStep(t, func() *sim.Engine { return newEngine(t, tc.cfg) }, seed)
 			})
+		}
+	}
+}
+
+// assertAdvanceMatchesStep drains workload(seed) from two fresh engines, one stepping and one
+// advancing, and compares what they did.
+func assertAdvanceMatchesStep(t *testing.T, engine func() *sim.Engine, seed uint64) {
+	t.Helper()
+	run := func(advance bool) *checker {
+		c := newChecker(t, engine())
+		for _, r := range workload(seed) {
+			c.add(r)
+		}
+		c.drain(advance)
+		return c
+	}
+	step, adv := run(false), run(true)
+	assert.Equal(t, step.order, adv.order, "finish order")
+	assert.Equal(t, step.tokens, adv.tokens, "tokens per request")
+	assert.Equal(t, firstOrder(step.records), firstOrder(adv.records), "first-token order")
+	assert.Equal(t, step.steps, adv.steps, "iterations")
+	assert.Equal(t, step.eng.Stats().Preemptions, adv.eng.Stats().Preemptions, "preemptions")
+	assert.LessOrEqual(t, len(adv.records), len(step.records))
+	tol := time.Duration(step.steps) * time.Microsecond
+	assert.InDelta(t, float64(step.busy), float64(adv.busy), float64(tol), "total duration")
+	// Finish times too, not only the total.
+	sf, af := finishTimes(step.records), finishTimes(adv.records)
+	for id, want := range sf {
+		assert.InDelta(t, float64(want), float64(af[id]), float64(tol), "finish time of %d", id)
+	}
+}
+
+// With a launch floor, Advance's closed-form stretches still match single steps: one floor
+// lies between the GPU parts of the workload's smallest and largest decode batches, so
+// stretches cross it as their contexts grow; the other lies above them all.
+func TestAdvanceMatchesStepLaunchFloor(t *testing.T) {
+	cm := costModel(t, "A100-80GB", "llama-3-8b")
+	decode := func(n, ctx int) sim.Batch {
+		return sim.Batch{Tokens: n, AttentionPairs: float64(ctx), KVTokens: float64(ctx), Seqs: n, Sampled: n}
+	}
+	lo, _ := cm.IterationParts(decode(1, 1))
+	hi, _ := cm.IterationParts(decode(64, 64*500))
+	require.Less(t, lo, hi)
+	for _, floor := range []float64{(lo + hi) / 2, 2 * hi} {
+		coef := cm.Coef
+		coef.LaunchFloorMS = floor * 1e3
+		floored, err := sim.NewCostModel(cm.Model, cm.GPU, coef)
+		require.NoError(t, err)
+		gpu, over := floored.IterationParts(decode(1, 1))
+		require.InDelta(t, floor, gpu, 1e-12, "a small decode's GPU part is the floor")
+		gpu, _ = floored.IterationParts(decode(64, 64*500))
+		require.InDelta(t, max(floor, hi), gpu, 1e-12)
+		require.Positive(t, over)
+		for _, tc := range engineCases() {
+			for _, seed := range seeds[:2] {
+				t.Run(fmt.Sprintf("floor=%.1fms/%s/seed=%d", floor*1e3, tc.name, seed), func(t *testing.T) {
+					assertAdvanceMatchesStep(t, func() *sim.Engine {
+						eng, err := sim.NewEngine(tc.cfg, floored)
+						require.NoError(t, err)
+						return eng
+					}, seed)
+				})
+			}
 		}
 	}
 }
@@ -340,19 +382,7 @@ func TestAdvanceMatchesStepBlockSizes(t *testing.T) {
 					MaxNumSeqs: 8, MaxBatchedTokens: 512, ChunkedPrefill: chunked,
 					BlockSize: bs, NumBlocks: 640/bs + 2, WatermarkBlocks: 1,
 				}
-				run := func(advance bool) *checker {
-					c := newChecker(t, newEngine(t, cfg))
-					for _, r := range workload(uint64(bs)) {
-						c.add(r)
-					}
-					c.drain(advance)
-					return c
-				}
-				step, adv := run(false), run(true)
-				assert.Equal(t, step.order, adv.order, "finish order")
-				assert.Equal(t, step.steps, adv.steps, "iterations")
-				assert.Equal(t, step.eng.Stats().Preemptions, adv.eng.Stats().Preemptions, "preemptions")
-				assert.InDelta(t, float64(step.busy), float64(adv.busy), float64(time.Duration(step.steps)*time.Microsecond))
+				assertAdvanceMatchesStep(t, func() *sim.Engine { return newEngine(t, cfg) }, uint64(bs))
 			})
 		}
 	}

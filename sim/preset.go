@@ -39,6 +39,10 @@ type EnginePreset struct {
 	// the engine has not been measured, and the profile's overheads are used.
 	IterationOverheadMS *float64 `toml:"iteration_overhead_ms"`
 	PerSeqOverheadMS    *float64 `toml:"per_seq_overhead_ms"`
+	// LaunchFloorMS is the launch floor of an eager engine's iterations (see
+	// Coefficients.LaunchFloorMS), milliseconds; it replaces the GPU profile's. Absent (nil):
+	// the profile's (0 in the built-in profile: engines that replay CUDA graphs).
+	LaunchFloorMS *float64 `toml:"launch_floor_ms"`
 	// OverheadSource says which measurement the overheads were fitted on.
 	OverheadSource string `toml:"overhead_source"`
 }
@@ -73,6 +77,9 @@ func (p *EnginePreset) Apply(c Coefficients) Coefficients {
 	if p.PerSeqOverheadMS != nil {
 		c.PerSeqOverheadMS = *p.PerSeqOverheadMS
 	}
+	if p.LaunchFloorMS != nil {
+		c.LaunchFloorMS = *p.LaunchFloorMS
+	}
 	return c
 }
 
@@ -91,12 +98,12 @@ func (p *EnginePreset) validate() error {
 	case p.MaxBatchedTokens == 0 && p.ChunkedPrefill:
 		return fmt.Errorf("engine preset %q: max_batched_tokens = 0 (the model length) is vLLM V0's budget without chunked prefill; give a budget for chunked prefill", p.Name)
 	}
-	for _, v := range []*float64{p.IterationOverheadMS, p.PerSeqOverheadMS} {
+	for _, v := range []*float64{p.IterationOverheadMS, p.PerSeqOverheadMS, p.LaunchFloorMS} {
 		if v != nil && *v < 0 {
 			return fmt.Errorf("engine preset %q: overheads must not be negative", p.Name)
 		}
 	}
-	if (p.IterationOverheadMS != nil || p.PerSeqOverheadMS != nil) && p.OverheadSource == "" {
+	if (p.IterationOverheadMS != nil || p.PerSeqOverheadMS != nil || p.LaunchFloorMS != nil) && p.OverheadSource == "" {
 		return fmt.Errorf("engine preset %q: overhead_source is missing (say which measurement the overheads were fitted on)", p.Name)
 	}
 	for i, s := range p.CUDAGraphSizes {

@@ -48,18 +48,20 @@ func (p *Profile) Set(name string, c Coefficients) {
 }
 
 type partialCoef struct {
-	ComputeEfficiency   *float64 `toml:"compute_efficiency"`
-	MemoryEfficiency    *float64 `toml:"memory_efficiency"`
-	AttentionEfficiency *float64 `toml:"attention_efficiency"`
-	IterationOverheadMS *float64 `toml:"iteration_overhead_ms"`
-	PerSeqOverheadMS    *float64 `toml:"per_seq_overhead_ms"`
-	ReserveGiB          *float64 `toml:"reserve_gib"`
-	LoadGBps            *float64 `toml:"load_gbps"`
-	StartupS            *float64 `toml:"startup_s"`
-	TPReserveGiB        *float64 `toml:"tp_reserve_gib"`
-	AllReduceUS         *float64 `toml:"allreduce_us"`
-	AllReduceHopUS      *float64 `toml:"allreduce_hop_us"`
-	LinkEfficiency      *float64 `toml:"link_efficiency"`
+	ComputeEfficiency    *float64 `toml:"compute_efficiency"`
+	MemoryEfficiency     *float64 `toml:"memory_efficiency"`
+	AttentionEfficiency  *float64 `toml:"attention_efficiency"`
+	AttComputeEfficiency *float64 `toml:"attention_compute_efficiency"`
+	IterationOverheadMS  *float64 `toml:"iteration_overhead_ms"`
+	PerSeqOverheadMS     *float64 `toml:"per_seq_overhead_ms"`
+	ReserveGiB           *float64 `toml:"reserve_gib"`
+	LoadGBps             *float64 `toml:"load_gbps"`
+	StartupS             *float64 `toml:"startup_s"`
+	TPReserveGiB         *float64 `toml:"tp_reserve_gib"`
+	AllReduceUS          *float64 `toml:"allreduce_us"`
+	AllReduceHopUS       *float64 `toml:"allreduce_hop_us"`
+	LinkEfficiency       *float64 `toml:"link_efficiency"`
+	LaunchFloorMS        *float64 `toml:"launch_floor_ms"`
 }
 
 func (p partialCoef) over(c Coefficients) Coefficients {
@@ -71,6 +73,7 @@ func (p partialCoef) over(c Coefficients) Coefficients {
 	set(&c.ComputeEfficiency, p.ComputeEfficiency)
 	set(&c.MemoryEfficiency, p.MemoryEfficiency)
 	set(&c.AttentionEfficiency, p.AttentionEfficiency)
+	set(&c.AttentionComputeEfficiency, p.AttComputeEfficiency)
 	set(&c.IterationOverheadMS, p.IterationOverheadMS)
 	set(&c.PerSeqOverheadMS, p.PerSeqOverheadMS)
 	set(&c.ReserveGiB, p.ReserveGiB)
@@ -80,6 +83,7 @@ func (p partialCoef) over(c Coefficients) Coefficients {
 	set(&c.AllReduceUS, p.AllReduceUS)
 	set(&c.AllReduceHopUS, p.AllReduceHopUS)
 	set(&c.LinkEfficiency, p.LinkEfficiency)
+	set(&c.LaunchFloorMS, p.LaunchFloorMS)
 	return c
 }
 
@@ -176,6 +180,9 @@ func writeCoef(b *strings.Builder, table string, c Coefficients) {
 	fmt.Fprintf(b, "compute_efficiency = %.4f\n", c.ComputeEfficiency)
 	fmt.Fprintf(b, "memory_efficiency = %.4f\n", c.MemoryEfficiency)
 	fmt.Fprintf(b, "attention_efficiency = %.4f\n", c.AttentionEfficiency)
+	if c.AttentionComputeEfficiency > 0 { // 0: attention_efficiency on both roofs
+		fmt.Fprintf(b, "attention_compute_efficiency = %.5f\n", c.AttentionComputeEfficiency)
+	}
 	fmt.Fprintf(b, "iteration_overhead_ms = %.4f\n", c.IterationOverheadMS)
 	fmt.Fprintf(b, "per_seq_overhead_ms = %.5f\n", c.PerSeqOverheadMS)
 	fmt.Fprintf(b, "reserve_gib = %.3f\n", c.ReserveGiB)
@@ -185,4 +192,7 @@ func writeCoef(b *strings.Builder, table string, c Coefficients) {
 	fmt.Fprintf(b, "allreduce_us = %.3f\n", c.AllReduceUS)
 	fmt.Fprintf(b, "allreduce_hop_us = %.3f\n", c.AllReduceHopUS)
 	fmt.Fprintf(b, "link_efficiency = %.3f\n", c.LinkEfficiency)
+	if c.LaunchFloorMS > 0 { // an eager engine's; profiles of engines with CUDA graphs omit it
+		fmt.Fprintf(b, "launch_floor_ms = %.4f\n", c.LaunchFloorMS)
+	}
 }

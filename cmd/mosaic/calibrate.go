@@ -35,7 +35,9 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	fit := fs.Bool("fit", false, "fit the GPU's cost-model coefficients on the rows before predicting")
 	holdout := fs.String("holdout", "", "with --fit: leave rows out of the fit and report them apart, KEY=V1,V2 (keys: gpus, L, B, model), e.g. gpus=4,8")
 	var fitOnly multiFlag
-	fs.Var(&fitOnly, "fit-only", "with --fit: fit only this coefficient (profile key, repeatable; default: all but load_gbps, startup_s, link_efficiency)")
+	var fitAlso multiFlag
+	fs.Var(&fitAlso, "fit-also", "with --fit or --splitwise: fit this coefficient too, beside the default set or --fit-only (profile key, repeatable), e.g. launch_floor_ms (an eager engine's launch floor) or attention_compute_efficiency")
+	fs.Var(&fitOnly, "fit-only", "with --fit or --splitwise: fit only this coefficient (profile key, repeatable). Default with --fit: all but load_gbps, startup_s, link_efficiency, launch_floor_ms and attention_compute_efficiency, and allreduce_hop_us only when the rows span two tensor-parallel degrees above 1; with --splitwise: the efficiencies but attention_compute_efficiency, the two overheads and the all-reduce coefficients")
 	out := fs.String("o", "", "write the (fitted) profile as TOML to this file")
 	profile := fs.String("profile", "", "predict with this profile instead of the built-in one")
 	catalog := fs.String("catalog", "", "extra GPUs and models (TOML)")
@@ -73,8 +75,8 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: --holdout: %v", errUsage, err)
 	}
-	if (held != nil || len(fitOnly) > 0) && !*fit && *splitwise == "" {
-		return fmt.Errorf("%w: --holdout and --fit-only need --fit", errUsage)
+	if (held != nil || len(fitOnly) > 0 || len(fitAlso) > 0) && !*fit && *splitwise == "" {
+		return fmt.Errorf("%w: --holdout, --fit-only and --fit-also need --fit (or --splitwise)", errUsage)
 	}
 	if parseOnly {
 		return nil
@@ -93,7 +95,7 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	}
 	switch {
 	case *splitwise != "":
-		return calibrateSplitwise(stdout, *splitwise, cat, prof, models, held)
+		return calibrateSplitwise(stdout, *splitwise, cat, prof, models, held, calibrate.FitOptions{Only: fitOnly, Also: fitAlso})
 	case *forward != "":
 		return calibrateForward(stdout, *forward, cat, prof, *gpu, models)
 	case *cpuOverheads != "":
@@ -127,7 +129,7 @@ func runCalibrate(args []string, stdout io.Writer) error {
 		byGPU[c.GPU] = append(byGPU[c.GPU], c)
 	}
 	w := bufio.NewWriter(stdout)
-	opts := calibrate.FitOptions{Only: fitOnly}
+	opts := calibrate.FitOptions{Only: fitOnly, Also: fitAlso}
 	computeEff := 0.0
 	for _, path := range operators {
 		if len(gpuOrder) != 1 {
@@ -331,7 +333,7 @@ func (h *holdoutSpec) matches(c calibrate.Case) bool {
 // one and predicts that one, for each degree in turn (or fits on the rows --holdout leaves and
 // predicts those it holds out), and prints every held-out point and the MAPE per GPU, degree
 // and kind.
-func calibrateSplitwise(stdout io.Writer, path string, cat *sim.Catalog, prof *sim.Profile, models []string, held *holdoutSpec) error {
+func calibrateSplitwise(stdout io.Writer, path string, cat *sim.Catalog, prof *sim.Profile, models []string, held *holdoutSpec, opts calibrate.FitOptions) error {
 	points, err := calibrate.ReadSplitwise(path)
 	if err != nil {
 		return err
@@ -389,14 +391,15 @@ func calibrateSplitwise(stdout io.Writer, path string, cat *sim.Catalog, prof *s
 			if len(fitCases) == 0 || len(test) == 0 {
 				return fmt.Errorf("%w: %s: the split leaves no rows to fit or none to predict", errUsage, g.Name)
 			}
-			fr, err := calibrate.FitIterations(fitCases, prof.For(g))
+			fr, err := calibrate.FitIterations(fitCases, prof.For(g), opts)
 			if err != nil {
 				return err
 			}
 			slog.Info("fitted", "gpu", g.Name, "held_out_tp", fold, "rows", len(fitCases), "mape_pct", fmt.Sprintf("%.2f", fr.MAPE),
 				"compute_eff", fmt.Sprintf("%.3f", fr.Coef.ComputeEfficiency), "memory_eff", fmt.Sprintf("%.3f", fr.Coef.MemoryEfficiency),
 				"iter_ms", fmt.Sprintf("%.2f", fr.Coef.IterationOverheadMS), "allreduce_us", fmt.Sprintf("%.1f", fr.Coef.AllReduceUS),
-				"hop_us", fmt.Sprintf("%.2f", fr.Coef.AllReduceHopUS), "link_eff", fmt.Sprintf("%.3f", fr.Coef.LinkEfficiency))
+				"hop_us", fmt.Sprintf("%.2f", fr.Coef.AllReduceHopUS), "link_eff", fmt.Sprintf("%.3f", fr.Coef.LinkEfficiency),
+				"floor_ms", fmt.Sprintf("%.2f", fr.Coef.LaunchFloorMS))
 			for _, c := range test {
 				p, err := calibrate.PredictIteration(c, fr.Coef)
 				if err != nil {

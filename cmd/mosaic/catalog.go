@@ -98,7 +98,7 @@ func listModels(w io.Writer, cat *sim.Catalog) {
 }
 
 func listEngines(w io.Writer, cat *sim.Catalog) {
-	fmt.Fprintf(w, "%-10s %7s %-14s %-13s %7s %11s %10s %10s\n", "preset", "chunked", "max_tokens", "max_num_seqs", "prefix", "graphs_upto", "iter_ms", "seq_ms")
+	fmt.Fprintf(w, "%-10s %7s %-14s %-13s %7s %11s %10s %10s %10s\n", "preset", "chunked", "max_tokens", "max_num_seqs", "prefix", "graphs_upto", "iter_ms", "seq_ms", "floor_ms")
 	for _, e := range cat.Engines() {
 		budget := fmt.Sprint(e.MaxBatchedTokens)
 		if e.MaxBatchedTokens == 0 {
@@ -121,11 +121,11 @@ func listEngines(w io.Writer, cat *sim.Catalog) {
 			}
 			return fmt.Sprintf("%.4f", *v)
 		}
-		fmt.Fprintf(w, "%-10s %7v %-14s %-13s %7v %11s %10s %10s\n", e.Name, e.ChunkedPrefill, budget, seqs, e.PrefixCaching, graphs,
-			over(e.IterationOverheadMS), over(e.PerSeqOverheadMS))
+		fmt.Fprintf(w, "%-10s %7v %-14s %-13s %7v %11s %10s %10s %10s\n", e.Name, e.ChunkedPrefill, budget, seqs, e.PrefixCaching, graphs,
+			over(e.IterationOverheadMS), over(e.PerSeqOverheadMS), over(e.LaunchFloorMS))
 	}
 	fmt.Fprintln(w, "\nmax_tokens and max_num_seqs: a|b means a, or b on GPUs of >= 70 GiB that are not A100s; model_len is max(max_model_len, 2048).")
-	fmt.Fprintln(w, "iter_ms, seq_ms: CPU overheads per iteration and per sequence; \"profile\" means unmeasured, the GPU profile's apply.")
+	fmt.Fprintln(w, "iter_ms, seq_ms: CPU overheads per iteration and per sequence; floor_ms: an eager engine's launch floor of an iteration's GPU part; \"profile\" means unmeasured, the GPU profile's apply.")
 	for _, e := range cat.Engines() {
 		fmt.Fprintf(w, "\n%s: %s\n  defaults: %s\n", e.Name, e.Description, e.Source)
 		if e.OverheadSource != "" {

@@ -266,7 +266,7 @@ func TestSplitwiseHeldOutTP(t *testing.T) {
 	require.NotEmpty(t, held)
 	g, err := cat.GPU("H100-80GB")
 	require.NoError(t, err)
-	fr, err := calibrate.FitIterations(fit, sim.DefaultProfile().For(g))
+	fr, err := calibrate.FitIterations(fit, sim.DefaultProfile().For(g), calibrate.FitOptions{})
 	require.NoError(t, err)
 	prof := sim.DefaultProfile()
 	prof.Set(g.Name, fr.Coef)
@@ -367,4 +367,48 @@ func TestDecodeBreakdown(t *testing.T) {
 	assert.Equal(t, "weights", d.LinearBound)
 	half := calibrate.DecodeBreakdown(cm, 128, 1024)
 	assert.Less(t, d.Throughput(), 1.5*half.Throughput())
+}
+
+// Iteration times generated with a launch floor and a separate attention compute efficiency
+// are fitted back when those two are fitted too (--fit-also), and not without them.
+func TestFitAlsoRecoversFloorAndAttentionCompute(t *testing.T) {
+	cat := sim.DefaultCatalog()
+	g, err := cat.GPU("H100-80GB")
+	require.NoError(t, err)
+	m, err := cat.Model("llama-3-8b")
+	require.NoError(t, err)
+	truth := sim.DefaultProfile().For(g)
+	truth.LaunchFloorMS, truth.AttentionComputeEfficiency = 15, 0.005
+	var cases []calibrate.IterationCase
+	add := func(kind calibrate.IterationKind, p, b, tokens int) {
+		c := calibrate.IterationCase{IterationPoint: calibrate.IterationPoint{Line: len(cases) + 2, Model: m.ID,
+			Hardware: g.Name, TP: 1, Prompt: p, Batch: b, Tokens: tokens, Kind: kind}, GPU: g, Model: m}
+		pred, err := calibrate.PredictIteration(c, truth)
+		require.NoError(t, err)
+		c.Seconds = pred.Predicted
+		cases = append(cases, c)
+	}
+	for _, p := range []int{128, 512, 2048, 8192} {
+		for _, b := range []int{1, 4, 16, 64} {
+			add(calibrate.Prompt, p, b, 0)
+		}
+	}
+	for _, p := range []int{128, 1024, 4096} {
+		for _, b := range []int{1, 8, 32, 128, 256} {
+			add(calibrate.Token, p, b, 64)
+		}
+	}
+	start := sim.DefaultProfile().For(g)
+	plain, err := calibrate.FitIterations(cases, start, calibrate.FitOptions{})
+	require.NoError(t, err)
+	fr, err := calibrate.FitIterations(cases, start, calibrate.FitOptions{Also: []string{"launch_floor_ms", "attention_compute_efficiency"}})
+	require.NoError(t, err)
+	t.Logf("MAPE %.2f%% without the two, %.3f%% with them: floor %.2f ms, attention compute efficiency %.4f",
+		plain.MAPE, fr.MAPE, fr.Coef.LaunchFloorMS, fr.Coef.AttentionComputeEfficiency)
+	assert.Less(t, fr.MAPE, 0.5)
+	assert.InEpsilon(t, 15, fr.Coef.LaunchFloorMS, 0.05)
+	assert.InEpsilon(t, 0.005, fr.Coef.AttentionComputeEfficiency, 0.1)
+	assert.Greater(t, plain.MAPE, 3.0, "the default set cannot represent the floor")
+	_, err = calibrate.FitIterations(cases, start, calibrate.FitOptions{Also: []string{"no_such_key"}})
+	assert.ErrorContains(t, err, `cannot fit "no_such_key"`)
 }

@@ -33,12 +33,14 @@ const (
 	pHop
 	pTPReserve
 	pLink
+	pFloor
+	pAttCompute
 	numParams
 )
 
 // paramNames are the profile keys of the fitted coefficients, by parameter index.
 var paramNames = [numParams]string{"compute_efficiency", "memory_efficiency", "attention_efficiency",
-	"iteration_overhead_ms", "per_seq_overhead_ms", "reserve_gib", "allreduce_us", "allreduce_hop_us", "tp_reserve_gib", "link_efficiency"}
+	"iteration_overhead_ms", "per_seq_overhead_ms", "reserve_gib", "allreduce_us", "allreduce_hop_us", "tp_reserve_gib", "link_efficiency", "launch_floor_ms", "attention_compute_efficiency"}
 
 func unpack(x []float64, free []int, base sim.Coefficients) sim.Coefficients {
 	c := base
@@ -64,6 +66,10 @@ func unpack(x []float64, free []int, base sim.Coefficients) sim.Coefficients {
 			c.TPReserveGiB = maxReserveGiB * logistic(x[i])
 		case pLink:
 			c.LinkEfficiency = logistic(x[i])
+		case pFloor:
+			c.LaunchFloorMS = math.Exp(x[i])
+		case pAttCompute:
+			c.AttentionComputeEfficiency = logistic(x[i])
 		}
 	}
 	return c
@@ -77,6 +83,8 @@ func pack(c sim.Coefficients, free []int) []float64 {
 		math.Log(math.Max(c.AllReduceUS, 0.1)), math.Log(math.Max(c.AllReduceHopUS, 0.1)),
 		logit(math.Min(math.Max(c.TPReserveGiB, 0.05), maxReserveGiB-0.05) / maxReserveGiB),
 		logit(c.LinkEfficiency),
+		math.Log(math.Max(c.LaunchFloorMS, minFloorMS)),
+		logit(attComputeEfficiency(c)),
 	}
 	x := make([]float64, len(free))
 	for i, p := range free {
@@ -85,8 +93,20 @@ func pack(c sim.Coefficients, free []int) []float64 {
 	return x
 }
 
+// attComputeEfficiency is the attention compute efficiency c gives the cost model.
+func attComputeEfficiency(c sim.Coefficients) float64 {
+	if c.AttentionComputeEfficiency > 0 {
+		return c.AttentionComputeEfficiency
+	}
+	return c.AttentionEfficiency
+}
+
 // maxReserveGiB bounds the fitted non-KV memory reserve.
 const maxReserveGiB = 16
+
+// minFloorMS is where a fitted launch floor starts: 1 us, below any iteration's GPU part, so
+// no floor at all in effect.
+const minFloorMS = 1e-3
 
 func logistic(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 
@@ -122,6 +142,9 @@ type FitOptions struct {
 	// Only, when not empty, names the only coefficients to fit (profile keys, see
 	// FittableCoefficients); the others are kept.
 	Only []string
+	// Also names coefficients to fit beside the default set or Only, e.g. launch_floor_ms
+	// or attention_compute_efficiency, which the default set leaves as given.
+	Also []string
 }
 
 // FittableCoefficients lists the profile keys Fit can fit.
@@ -131,16 +154,11 @@ func FittableCoefficients() []string { return append([]string(nil), paramNames[:
 func (o FitOptions) freeParams(cases []Case) ([]int, error) {
 	var free []int
 	if len(o.Only) > 0 {
-		for _, name := range o.Only {
-			i := slices.Index(paramNames[:], name)
-			if i < 0 {
-				return nil, fmt.Errorf("calibrate: cannot fit %q (fittable: %s)", name, strings.Join(paramNames[:], ", "))
-			}
-			if !slices.Contains(free, i) {
-				free = append(free, i)
-			}
+		free, err := addNamed(free, o.Only)
+		if err != nil {
+			return nil, err
 		}
-		return free, nil
+		return addNamed(free, o.Also)
 	}
 	if !o.KeepCompute {
 		free = append(free, pCompute)
@@ -149,17 +167,49 @@ func (o FitOptions) freeParams(cases []Case) ([]int, error) {
 		free = append(free, pMemory)
 	}
 	free = append(free, pAttention, pIterOverhead, pSeqOverhead, pReserve)
-	if slices.ContainsFunc(cases, func(c Case) bool { return c.TP > 1 }) {
-		free = append(free, pAllReduce, pHop, pTPReserve)
+	if n := tpDegrees(cases); n > 0 {
+		free = append(free, pAllReduce)
+		// One degree's all-reduces constrain only a_ar + 2(TP-1)*a_hop: their split, which
+		// decides every other degree, is left to the data of two or more.
+		if n > 1 {
+			free = append(free, pHop)
+		}
+		free = append(free, pTPReserve)
+	}
+	return addNamed(free, o.Also)
+}
+
+// addNamed adds the parameters of the profile keys names to free, each once.
+func addNamed(free []int, names []string) ([]int, error) {
+	for _, name := range names {
+		i := slices.Index(paramNames[:], name)
+		if i < 0 {
+			return nil, fmt.Errorf("calibrate: cannot fit %q (fittable: %s)", name, strings.Join(paramNames[:], ", "))
+		}
+		if !slices.Contains(free, i) {
+			free = append(free, i)
+		}
 	}
 	return free, nil
+}
+
+// tpDegrees counts the distinct tensor-parallel degrees above 1 among cases.
+func tpDegrees(cases []Case) int {
+	var seen []int
+	for _, c := range cases {
+		if c.TP > 1 && !slices.Contains(seen, c.TP) {
+			seen = append(seen, c.TP)
+		}
+	}
+	return len(seen)
 }
 
 // Fit finds the coefficients of one GPU that minimise the mean absolute percentage error of the
 // simulated latencies of cases (all measured on that GPU), starting from start. It fits the
 // efficiencies, the two overheads, the memory reserve and, when some cases ran on several
-// GPUs, the all-reduce latencies; load bandwidth, start-up time and link efficiency are kept
-// from start. Nelder-Mead is restarted from its optimum until it stops improving.
+// GPUs, the all-reduce latency and the tensor-parallel memory reserve (and the all-reduce's
+// per-step latency when the cases span two or more degrees); load bandwidth, start-up time
+// and link efficiency are kept from start. Nelder-Mead is restarted from its optimum until it stops improving.
 func Fit(cases []Case, start sim.Coefficients, opts FitOptions) (FitResult, error) {
 	if len(cases) == 0 {
 		return FitResult{}, errors.New("calibrate: nothing to fit")
@@ -200,13 +250,34 @@ func minimize(free []int, start sim.Coefficients, mape func(sim.Coefficients) fl
 	best := objective(x)
 	// The tensor-parallel memory reserve moves the KV capacity, and latency jumps where
 	// preemption starts: the objective is a staircase in it that Nelder-Mead cannot climb, so
-	// scan it on a grid first.
+	// scan it on a grid first. A launch floor below every iteration's GPU part changes
+	// nothing: the objective is flat there, so scan it too (0.1 to 100 ms, 10% apart); and
+	// the attention compute efficiency, which may sit orders of magnitude below the other
+	// efficiencies (0.05% to 100%, 25% apart).
 	if i := slices.Index(free, pTPReserve); i >= 0 {
 		for gib := 0.25; gib < maxReserveGiB; gib += 0.25 {
 			try := slices.Clone(x)
 			c := start
 			c.TPReserveGiB = gib
 			try[i] = pack(c, []int{pTPReserve})[0]
+			if f := objective(try); f < best {
+				x, best = try, f
+			}
+		}
+	}
+	if i := slices.Index(free, pFloor); i >= 0 {
+		for ms := 0.1; ms < 100; ms *= 1.1 {
+			try := slices.Clone(x)
+			try[i] = math.Log(ms)
+			if f := objective(try); f < best {
+				x, best = try, f
+			}
+		}
+	}
+	if i := slices.Index(free, pAttCompute); i >= 0 {
+		for eff := 5e-4; eff < 1; eff *= 1.25 {
+			try := slices.Clone(x)
+			try[i] = logit(eff)
 			if f := objective(try); f < best {
 				x, best = try, f
 			}

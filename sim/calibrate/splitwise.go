@@ -290,8 +290,10 @@ var IterationFitParams = []string{"compute_efficiency", "memory_efficiency", "at
 	"iteration_overhead_ms", "per_seq_overhead_ms", "allreduce_us", "allreduce_hop_us", "link_efficiency"}
 
 // FitIterations fits one GPU's coefficients to iteration points (all on that GPU), minimising
-// the mean absolute percentage error of PredictIteration, from start.
-func FitIterations(cases []IterationCase, start sim.Coefficients) (FitResult, error) {
+// the mean absolute percentage error of PredictIteration, from start. It varies
+// IterationFitParams (without the all-reduce's when every point ran on one GPU), or opts.Only
+// when given, and opts.Also beside them.
+func FitIterations(cases []IterationCase, start sim.Coefficients, opts FitOptions) (FitResult, error) {
 	if len(cases) == 0 {
 		return FitResult{}, errors.New("calibrate: nothing to fit")
 	}
@@ -304,7 +306,10 @@ func FitIterations(cases []IterationCase, start sim.Coefficients) (FitResult, er
 	if !slices.ContainsFunc(cases, func(c IterationCase) bool { return c.TP > 1 }) {
 		names = names[:5]
 	}
-	free, err := FitOptions{Only: names}.freeParams(nil)
+	if len(opts.Only) > 0 {
+		names = opts.Only
+	}
+	free, err := FitOptions{Only: names, Also: opts.Also}.freeParams(nil)
 	if err != nil {
 		return FitResult{}, err
 	}
