@@ -444,6 +444,7 @@ func (e *Engine) Step() *Iteration {
 	}
 	b.Seqs = len(sched)
 	sec := e.cost.IterationSeconds(b)
+	done := false // a sequence produced its last token (only scheduled ones produce)
 	for _, s := range sched {
 		s.computed += s.chunk
 		s.chunk = 0
@@ -456,9 +457,12 @@ func (e *Engine) Step() *Iteration {
 			if s.generated == 1 {
 				it.FirstToken = append(it.FirstToken, s.req.ID)
 			}
+			done = done || s.generated >= s.req.OutputTokens
 		}
 	}
-	e.finish(it)
+	if done {
+		e.finish(it)
+	}
 	e.account(it, 1, len(sched), sec)
 	clear(sched)
 	return it
