@@ -78,6 +78,17 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	if (held != nil || len(fitOnly) > 0 || len(fitAlso) > 0) && !*fit && *splitwise == "" {
 		return fmt.Errorf("%w: --holdout, --fit-only and --fit-also need --fit (or --splitwise)", errUsage)
 	}
+	fittable := calibrate.FittableCoefficients()
+	for _, f := range []struct {
+		flag string
+		keys []string
+	}{{"--fit-only", fitOnly}, {"--fit-also", fitAlso}} {
+		for _, k := range f.keys {
+			if !slices.Contains(fittable, k) {
+				return fmt.Errorf("%w: %s %q: not a fittable coefficient (%s)", errUsage, f.flag, k, strings.Join(fittable, ", "))
+			}
+		}
+	}
 	if parseOnly {
 		return nil
 	}
