@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mosaic-sched/mosaic/experiments"
 	"github.com/mosaic-sched/mosaic/sim"
 )
 
@@ -149,4 +150,16 @@ func TestEngineLaunchFloor(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "eager.toml")
 	require.NoError(t, os.WriteFile(path, []byte("[[engine]]\nname = \"eager\"\nsource = \"test\"\nmax_num_seqs = 8\nmax_batched_tokens = 2048\nchunked_prefill = true\nlaunch_floor_ms = 9\n"), 0o644))
 	assert.ErrorContains(t, cat.AddFile(path), "overhead_source is missing")
+}
+
+// Prefill-decode overlap grows running sequences, which an engine without chunked prefill
+// never prefills again: the experiment names the policy's key instead of stalling.
+func TestOverlapNeedsChunkedPrefill(t *testing.T) {
+	e, err := experiments.Load("examples/faster-moa.toml")
+	require.NoError(t, err)
+	require.NoError(t, e.Set("engine.chunked_prefill=false"))
+	_, err = e.Resolve()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), ".overlap")
+	assert.Contains(t, err.Error(), "needs chunked prefill")
 }

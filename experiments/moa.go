@@ -640,6 +640,13 @@ func (r *Resolved) resolvePolicies(m *GraphWorkload) error {
 		if err != nil {
 			return err
 		}
+		if p.Overlap {
+			for _, rm := range r.Models {
+				if !rm.Engine.ChunkedPrefill {
+					return e.errorf(key+".overlap", "prefill-decode overlap needs chunked prefill, but model %s's engine runs without it (engine.chunked_prefill or the preset's)", rm.Name)
+				}
+			}
+		}
 		m.Policies = append(m.Policies, ResolvedPolicy{Label: label, Name: lower(p.Name), Rule: rule, Exit: exit, Overlap: p.Overlap, New: newPolicy})
 	}
 	return nil

@@ -90,8 +90,8 @@ func (c Coefficients) Validate() error {
 	if !(c.LinkEfficiency > 0 && c.LinkEfficiency <= 1) {
 		return fmt.Errorf("link_efficiency must be in (0, 1], got %g", c.LinkEfficiency)
 	}
-	if c.LaunchFloorMS < 0 {
-		return fmt.Errorf("launch_floor_ms must not be negative, got %g", c.LaunchFloorMS)
+	if !(c.LaunchFloorMS >= 0) || math.IsInf(c.LaunchFloorMS, 0) {
+		return fmt.Errorf("launch_floor_ms must be a non-negative number, got %g", c.LaunchFloorMS)
 	}
 	return nil
 }
@@ -310,6 +310,20 @@ func (c *CostModel) IterationParts(b Batch) (gpu, overhead float64) {
 	}
 	overhead = c.fixed + c.perSeq*float64(b.Seqs)
 	return c.IterationSeconds(b) - overhead, overhead
+}
+
+// FloorSeconds is what the launch floor adds to IterationSeconds(b): how far the floor
+// exceeds the GPU's roofline and all-reduce work (0 without a floor or above it).
+func (c *CostModel) FloorSeconds(b Batch) float64 {
+	if c.floor <= 0 || b.Tokens == 0 {
+		return 0
+	}
+	lin := math.Max((c.flopsPerToken*float64(b.Tokens)+c.flopsPerSample*float64(b.Sampled))*c.linComputeScale, c.weightSeconds(b.Tokens))
+	gpu := lin + math.Max(c.attPerPair*b.AttentionPairs, c.attPerKVToken*b.KVTokens)
+	if c.TP > 1 {
+		gpu += c.allReduceFixed + c.allReducePerToken*float64(b.Tokens)
+	}
+	return math.Max(0, c.floor-gpu)
 }
 
 // LinearParts returns two terms of IterationSeconds(b): the linear layers' (and which roof

@@ -240,6 +240,11 @@ func (e *Engine) Add(r Request) error {
 	if !e.cfg.ChunkedPrefill && total > e.cfg.MaxBatchedTokens {
 		return fmt.Errorf("request %d: %d tokens exceed the token budget %d and chunked prefill is off", r.ID, total, e.cfg.MaxBatchedTokens)
 	}
+	if r.Open && !e.cfg.ChunkedPrefill {
+		// Without chunked prefill a running sequence never prefills again, so the prompt
+		// tokens Grow adds later would never be computed.
+		return fmt.Errorf("request %d: an open request (prefill-decode overlap) needs chunked prefill, which this engine runs without", r.ID)
+	}
 	e.plan.ok = false
 	var s *seqState
 	if n := len(e.spare); n > 0 {

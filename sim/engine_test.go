@@ -802,4 +802,26 @@ func TestSteadyPlanFollowsChanges(t *testing.T) {
 	assert.Equal(t, []uint64{2}, last.Finished)
 	assert.InDelta(t, d6.Seconds(), (first.Duration + last.Duration).Seconds(), 1e-6)
 	assert.Panics(t, func() { eng.RunSteady(2) }, "request 3 has one token left")
+
+	// An open request waiting for more prompt takes no part; growing it ends the stretch.
+	require.NoError(t, eng.Add(sim.Request{ID: 9, PromptTokens: 40, OutputTokens: 10, Open: true}))
+	eng.Step() // prefills what request 9 has; request 3 decodes its last token
+	require.NoError(t, eng.Add(sim.Request{ID: 10, PromptTokens: 40, OutputTokens: 50}))
+	eng.Step()
+	eng.Step()
+	k8, _ := eng.SteadyPlan()
+	require.Positive(t, k8, "request 10 decodes while 9 waits")
+	require.NoError(t, eng.Grow(9, 16, false))
+	k9, _ := eng.SteadyPlan()
+	assert.Zero(t, k9, "request 9 has prompt to prefill")
+}
+
+// An engine without chunked prefill rejects open requests: it would never prefill what Grow
+// adds to a running sequence.
+func TestOpenRequestNeedsChunkedPrefill(t *testing.T) {
+	cfg := sim.EngineConfig{MaxNumSeqs: 4, MaxBatchedTokens: 2048, ChunkedPrefill: false, BlockSize: 16, NumBlocks: 200}
+	eng := newEngine(t, cfg)
+	err := eng.Add(sim.Request{ID: 1, PromptTokens: 40, OutputTokens: 10, Open: true})
+	assert.ErrorContains(t, err, "request 1: an open request (prefill-decode overlap) needs chunked prefill")
+	require.NoError(t, eng.Add(sim.Request{ID: 2, PromptTokens: 40, OutputTokens: 10}))
 }

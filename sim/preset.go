@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"math"
 	"strings"
 )
 
@@ -99,8 +100,8 @@ func (p *EnginePreset) validate() error {
 		return fmt.Errorf("engine preset %q: max_batched_tokens = 0 (the model length) is vLLM V0's budget without chunked prefill; give a budget for chunked prefill", p.Name)
 	}
 	for _, v := range []*float64{p.IterationOverheadMS, p.PerSeqOverheadMS, p.LaunchFloorMS} {
-		if v != nil && *v < 0 {
-			return fmt.Errorf("engine preset %q: overheads must not be negative", p.Name)
+		if v != nil && (!(*v >= 0) || math.IsInf(*v, 0)) {
+			return fmt.Errorf("engine preset %q: overheads and the launch floor must be non-negative numbers, got %g", p.Name, *v)
 		}
 	}
 	if (p.IterationOverheadMS != nil || p.PerSeqOverheadMS != nil || p.LaunchFloorMS != nil) && p.OverheadSource == "" {

@@ -181,7 +181,7 @@ func writeCoef(b *strings.Builder, table string, c Coefficients) {
 	fmt.Fprintf(b, "memory_efficiency = %.4f\n", c.MemoryEfficiency)
 	fmt.Fprintf(b, "attention_efficiency = %.4f\n", c.AttentionEfficiency)
 	if c.AttentionComputeEfficiency > 0 { // 0: attention_efficiency on both roofs
-		fmt.Fprintf(b, "attention_compute_efficiency = %.5f\n", c.AttentionComputeEfficiency)
+		fmt.Fprintf(b, "attention_compute_efficiency = %.4g\n", c.AttentionComputeEfficiency)
 	}
 	fmt.Fprintf(b, "iteration_overhead_ms = %.4f\n", c.IterationOverheadMS)
 	fmt.Fprintf(b, "per_seq_overhead_ms = %.5f\n", c.PerSeqOverheadMS)

@@ -41,6 +41,9 @@ func TestProfileRoundTrip(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.toml")
 	require.NoError(t, os.WriteFile(bad, []byte("[gpu.mi300x]\nlaunch_floor_ms = -1\n"), 0o644))
 	_, err = sim.LoadProfile(bad, nil)
-	assert.ErrorContains(t, err, "launch_floor_ms must not be negative")
+	assert.ErrorContains(t, err, "launch_floor_ms must be a non-negative number")
 	assert.ErrorContains(t, err, "gpu.mi300x")
+	require.NoError(t, os.WriteFile(bad, []byte("[default]\nlaunch_floor_ms = nan\n"), 0o644))
+	_, err = sim.LoadProfile(bad, nil)
+	assert.ErrorContains(t, err, "launch_floor_ms must be a non-negative number, got NaN")
 }

@@ -551,7 +551,7 @@ func calibrateCPU(stdout io.Writer, path string, cat *sim.Catalog, prof *sim.Pro
 		gpuNames = []string{gpuName}
 	}
 	fmt.Fprintf(w, "\n# %s, every sequence decoding with %d cached tokens; step = one engine iteration\n", m.ID, context)
-	fmt.Fprintf(w, "%-10s %-12s %4s %9s %9s %10s %-8s %8s %11s %12s\n", "gpu", "overheads", "B", "step_ms", "tok_s", "linear_ms", "bound", "attn_ms", "overhead_ms", "kv_max_batch")
+	fmt.Fprintf(w, "%-10s %-12s %4s %9s %9s %10s %-8s %8s %11s %12s %9s\n", "gpu", "overheads", "B", "step_ms", "tok_s", "linear_ms", "bound", "attn_ms", "overhead_ms", "kv_max_batch", "floor_ms")
 	for _, name := range gpuNames {
 		g, err := cat.GPU(name)
 		if err != nil {
@@ -576,8 +576,8 @@ func calibrateCPU(stdout io.Writer, path string, cat *sim.Catalog, prof *sim.Pro
 			}
 			for _, b := range []int{1, 16, 64, 128, 192, 256} {
 				d := calibrate.DecodeBreakdown(cm, b, context)
-				fmt.Fprintf(w, "%-10s %-12s %4d %9.2f %9.0f %10.2f %-8s %8.2f %11.2f %12d\n", g.Name, set.name, b, d.Seconds*1e3, d.Throughput(),
-					d.Linear*1e3, d.LinearBound, d.Attention*1e3, d.Overhead*1e3, kvMax)
+				fmt.Fprintf(w, "%-10s %-12s %4d %9.2f %9.0f %10.2f %-8s %8.2f %11.2f %12d %9.2f\n", g.Name, set.name, b, d.Seconds*1e3, d.Throughput(),
+					d.Linear*1e3, d.LinearBound, d.Attention*1e3, d.Overhead*1e3, kvMax, d.Floor*1e3)
 			}
 		}
 	}

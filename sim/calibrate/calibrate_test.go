@@ -412,3 +412,32 @@ func TestFitAlsoRecoversFloorAndAttentionCompute(t *testing.T) {
 	_, err = calibrate.FitIterations(cases, start, calibrate.FitOptions{Also: []string{"no_such_key"}})
 	assert.ErrorContains(t, err, `cannot fit "no_such_key"`)
 }
+
+// A decode step's parts add up to its time, with or without a launch floor; with one above
+// the GPU's work, the floor's part is what it adds.
+func TestDecodeBreakdownAddsUp(t *testing.T) {
+	cat := sim.DefaultCatalog()
+	g, err := cat.GPU("H100-80GB")
+	require.NoError(t, err)
+	m, err := cat.Model("llama-3-8b")
+	require.NoError(t, err)
+	for _, floor := range []float64{0, 20} {
+		coef := sim.DefaultProfile().For(g)
+		coef.LaunchFloorMS = floor
+		cm, err := sim.NewCostModel(m, g, coef)
+		require.NoError(t, err)
+		for _, b := range []int{1, 16, 256} {
+			d := calibrate.DecodeBreakdown(cm, b, 1024)
+			assert.InDelta(t, d.Seconds, d.Linear+d.Attention+d.AllReduce+d.Floor+d.Overhead, 1e-12, "floor %g B %d", floor, b)
+			assert.GreaterOrEqual(t, d.Attention, 0.0)
+			if floor == 0 {
+				assert.Zero(t, d.Floor)
+			}
+		}
+		if floor > 0 {
+			d := calibrate.DecodeBreakdown(cm, 1, 1024)
+			assert.InDelta(t, floor/1e3, d.Seconds-d.Overhead, 1e-12, "B = 1 sits on the floor")
+			assert.Positive(t, d.Floor)
+		}
+	}
+}

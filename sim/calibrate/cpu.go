@@ -144,8 +144,9 @@ func FitOverheadLine(rows []CPUOverheadRow, y func(CPUOverheadRow) float64) (Ove
 // DecodeStep is the cost model's breakdown of one steady decode iteration.
 type DecodeStep struct {
 	Batch, Context int
-	// Seconds is the iteration time; Linear, Attention, AllReduce and Overhead its parts.
-	Seconds, Linear, Attention, AllReduce, Overhead float64
+	// Seconds is the iteration time; Linear, Attention, AllReduce, Floor (what a launch floor
+	// adds above the GPU's work) and Overhead its parts.
+	Seconds, Linear, Attention, AllReduce, Floor, Overhead float64
 	// LinearBound is "compute" or "weights": which roof the linear layers hit.
 	LinearBound string
 }
@@ -159,10 +160,9 @@ func DecodeBreakdown(cm *sim.CostModel, batch, context int) DecodeStep {
 	ctx := float64(batch * (context + 1))
 	b := sim.Batch{Tokens: batch, AttentionPairs: ctx, KVTokens: ctx, Seqs: batch, Sampled: batch}
 	d := DecodeStep{Batch: batch, Context: context, Seconds: cm.IterationSeconds(b)}
-	_, d.Overhead = cm.IterationParts(b)
-	noAtt := b
-	noAtt.AttentionPairs, noAtt.KVTokens = 0, 0
-	d.Attention = d.Seconds - cm.IterationSeconds(noAtt)
+	gpu, overhead := cm.IterationParts(b)
+	d.Overhead, d.Floor = overhead, cm.FloorSeconds(b)
 	d.Linear, d.AllReduce, d.LinearBound = cm.LinearParts(b)
+	d.Attention = gpu - d.Floor - d.Linear - d.AllReduce
 	return d
 }

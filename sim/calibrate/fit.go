@@ -115,7 +115,7 @@ func logistic(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 func AtBounds(c sim.Coefficients) []string {
 	var out []string
 	for name, v := range map[string]float64{"compute_efficiency": c.ComputeEfficiency, "memory_efficiency": c.MemoryEfficiency,
-		"attention_efficiency": c.AttentionEfficiency} {
+		"attention_efficiency": c.AttentionEfficiency, "attention_compute_efficiency": c.AttentionComputeEfficiency} {
 		if v > 0.99 {
 			out = append(out, name)
 		}
@@ -129,8 +129,12 @@ func AtBounds(c sim.Coefficients) []string {
 	sort.Strings(out)
 	return out
 }
+
+// logit is the inverse of logistic, its argument clamped to [1e-6, 1-1e-3]: efficiencies far
+// below peak (an attention compute roof at 0.05%) keep their value, one at 1 starts where
+// Nelder-Mead can still move.
 func logit(p float64) float64 {
-	p = math.Min(math.Max(p, 1e-3), 1-1e-3)
+	p = math.Min(math.Max(p, 1e-6), 1-1e-3)
 	return math.Log(p / (1 - p))
 }
 
