@@ -288,11 +288,7 @@ func TestForwardCompare(t *testing.T) {
 	assert.InDelta(t, 0.0061, points[0].Seconds, 1e-12)
 	assert.Equal(t, "prefill", points[3].Phase)
 
-	cat := sim.DefaultCatalog()
-	g, err := cat.GPU("H100-80GB")
-	require.NoError(t, err)
-	m, err := cat.Model("llama-3-8b")
-	require.NoError(t, err)
+	g, m := h100Llama3(t)
 	coef := sim.DefaultProfile().For(g)
 	cm, err := sim.NewCostModel(m, g, coef)
 	require.NoError(t, err)
@@ -355,11 +351,7 @@ func TestCPUOverheadLine(t *testing.T) {
 // At batch 256 the decode step splits into its parts, and throughput saturates: doubling the
 // batch from 128 to 256 gains far less than 2x.
 func TestDecodeBreakdown(t *testing.T) {
-	cat := sim.DefaultCatalog()
-	g, err := cat.GPU("H100-80GB")
-	require.NoError(t, err)
-	m, err := cat.Model("llama-3-8b")
-	require.NoError(t, err)
+	g, m := h100Llama3(t)
 	cm, err := sim.NewCostModel(m, g, sim.DefaultProfile().For(g))
 	require.NoError(t, err)
 	d := calibrate.DecodeBreakdown(cm, 256, 1024)
@@ -372,11 +364,7 @@ func TestDecodeBreakdown(t *testing.T) {
 // Iteration times generated with a launch floor and a separate attention compute efficiency
 // are fitted back when those two are fitted too (--fit-also), and not without them.
 func TestFitAlsoRecoversFloorAndAttentionCompute(t *testing.T) {
-	cat := sim.DefaultCatalog()
-	g, err := cat.GPU("H100-80GB")
-	require.NoError(t, err)
-	m, err := cat.Model("llama-3-8b")
-	require.NoError(t, err)
+	g, m := h100Llama3(t)
 	truth := sim.DefaultProfile().For(g)
 	truth.LaunchFloorMS, truth.AttentionComputeEfficiency = 15, 0.005
 	var cases []calibrate.IterationCase
@@ -416,11 +404,7 @@ func TestFitAlsoRecoversFloorAndAttentionCompute(t *testing.T) {
 // A decode step's parts add up to its time, with or without a launch floor; with one above
 // the GPU's work, the floor's part is what it adds.
 func TestDecodeBreakdownAddsUp(t *testing.T) {
-	cat := sim.DefaultCatalog()
-	g, err := cat.GPU("H100-80GB")
-	require.NoError(t, err)
-	m, err := cat.Model("llama-3-8b")
-	require.NoError(t, err)
+	g, m := h100Llama3(t)
 	for _, floor := range []float64{0, 20} {
 		coef := sim.DefaultProfile().For(g)
 		coef.LaunchFloorMS = floor
@@ -440,4 +424,15 @@ func TestDecodeBreakdownAddsUp(t *testing.T) {
 			assert.Positive(t, d.Floor)
 		}
 	}
+}
+
+// h100Llama3 is the catalog's H100-80GB and Llama-3-8B.
+func h100Llama3(t *testing.T) (*sim.GPU, *sim.Model) {
+	t.Helper()
+	cat := sim.DefaultCatalog()
+	g, err := cat.GPU("H100-80GB")
+	require.NoError(t, err)
+	m, err := cat.Model("llama-3-8b")
+	require.NoError(t, err)
+	return g, m
 }
