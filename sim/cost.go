@@ -286,20 +286,23 @@ func (c *CostModel) IterationSeconds(b Batch) float64 {
 	if b.Tokens == 0 {
 		return 0
 	}
-	lin := math.Max((c.flopsPerToken*float64(b.Tokens)+c.flopsPerSample*float64(b.Sampled))*c.linComputeScale, c.weightSeconds(b.Tokens))
-	att := math.Max(c.attPerPair*b.AttentionPairs, c.attPerKVToken*b.KVTokens)
+	over := c.fixed + c.perSeq*float64(b.Seqs)
+	lin, att, ar := c.roofline(b)
 	if c.floor > 0 {
-		gpu := lin + att
-		if c.TP > 1 {
-			gpu += c.allReduceFixed + c.allReducePerToken*float64(b.Tokens)
-		}
-		return c.fixed + c.perSeq*float64(b.Seqs) + math.Max(c.floor, gpu)
+		return over + math.Max(c.floor, lin+att+ar)
 	}
-	t := c.fixed + c.perSeq*float64(b.Seqs) + lin + att
+	return over + lin + att + ar
+}
+
+// roofline returns the GPU's work in an iteration serving b (b.Tokens > 0): its linear
+// layers, its attention and its all-reduces (0 at TP = 1), in seconds.
+func (c *CostModel) roofline(b Batch) (lin, att, ar float64) {
+	lin = math.Max((c.flopsPerToken*float64(b.Tokens)+c.flopsPerSample*float64(b.Sampled))*c.linComputeScale, c.weightSeconds(b.Tokens))
+	att = math.Max(c.attPerPair*b.AttentionPairs, c.attPerKVToken*b.KVTokens)
 	if c.TP > 1 {
-		t += c.allReduceFixed + c.allReducePerToken*float64(b.Tokens)
+		ar = c.allReduceFixed + c.allReducePerToken*float64(b.Tokens)
 	}
-	return t
+	return lin, att, ar
 }
 
 // IterationParts splits IterationSeconds into the GPU's work (the roofline terms and the
@@ -318,12 +321,8 @@ func (c *CostModel) FloorSeconds(b Batch) float64 {
 	if c.floor <= 0 || b.Tokens == 0 {
 		return 0
 	}
-	lin := math.Max((c.flopsPerToken*float64(b.Tokens)+c.flopsPerSample*float64(b.Sampled))*c.linComputeScale, c.weightSeconds(b.Tokens))
-	gpu := lin + math.Max(c.attPerPair*b.AttentionPairs, c.attPerKVToken*b.KVTokens)
-	if c.TP > 1 {
-		gpu += c.allReduceFixed + c.allReducePerToken*float64(b.Tokens)
-	}
-	return math.Max(0, c.floor-gpu)
+	lin, att, ar := c.roofline(b)
+	return math.Max(0, c.floor-(lin+att+ar))
 }
 
 // LinearParts returns two terms of IterationSeconds(b): the linear layers' (and which roof

@@ -258,35 +258,26 @@ func minimize(free []int, start sim.Coefficients, mape func(sim.Coefficients) fl
 	// nothing: the objective is flat there, so scan it too (0.1 to 100 ms, 10% apart); and
 	// the attention compute efficiency, which may sit orders of magnitude below the other
 	// efficiencies (0.05% to 100%, 25% apart).
-	if i := slices.Index(free, pTPReserve); i >= 0 {
-		for gib := 0.25; gib < maxReserveGiB; gib += 0.25 {
+	scan := func(p int, from, to float64, next func(v float64) float64, packed func(v float64) float64) {
+		i := slices.Index(free, p)
+		if i < 0 {
+			return
+		}
+		for v := from; v < to; v = next(v) {
 			try := slices.Clone(x)
-			c := start
-			c.TPReserveGiB = gib
-			try[i] = pack(c, []int{pTPReserve})[0]
+			try[i] = packed(v)
 			if f := objective(try); f < best {
 				x, best = try, f
 			}
 		}
 	}
-	if i := slices.Index(free, pFloor); i >= 0 {
-		for ms := 0.1; ms < 100; ms *= 1.1 {
-			try := slices.Clone(x)
-			try[i] = math.Log(ms)
-			if f := objective(try); f < best {
-				x, best = try, f
-			}
-		}
-	}
-	if i := slices.Index(free, pAttCompute); i >= 0 {
-		for eff := 5e-4; eff < 1; eff *= 1.25 {
-			try := slices.Clone(x)
-			try[i] = logit(eff)
-			if f := objective(try); f < best {
-				x, best = try, f
-			}
-		}
-	}
+	scan(pTPReserve, 0.25, maxReserveGiB, func(gib float64) float64 { return gib + 0.25 }, func(gib float64) float64 {
+		c := start
+		c.TPReserveGiB = gib
+		return pack(c, []int{pTPReserve})[0]
+	})
+	scan(pFloor, 0.1, 100, func(ms float64) float64 { return ms * 1.1 }, math.Log)
+	scan(pAttCompute, 5e-4, 1, func(eff float64) float64 { return eff * 1.25 }, logit)
 	for round := 0; round < 6; round++ {
 		res, err := optimize.Minimize(optimize.Problem{Func: objective}, x,
 			&optimize.Settings{FuncEvaluations: 3000, Converger: &optimize.FunctionConverge{Absolute: 1e-4, Iterations: 200}},
