@@ -143,6 +143,12 @@ type seqState struct {
 	cached      int // leading prompt blocks it uses from the prefix cache (not in blocks)
 	preemptions int
 	chunk       int // tokens scheduled in the current iteration
+
+	order    uint64 // admission order: the running batch is sorted by it
+	decoding bool   // a decoder (see Engine.epoch): computed and generated are as of epoch at
+	at       int    // the epoch at which computed, generated and blocks were last brought up to date
+	end      int    // for a decoder, the epoch at whose iteration it produces its last token
+	mark     bool   // produced a token in the current iteration (fast path)
 }
 
 func (s *seqState) length() int { return s.req.PromptTokens + s.generated }
@@ -188,6 +194,28 @@ type Engine struct {
 	// blocksFor then shifts instead of dividing.
 	blockShift int
 
+	// Decoders. A running sequence whose prompt is computed and which is not open decodes one
+	// token in every iteration that decodes at all, so the engine does not visit it: epoch
+	// counts those iterations, and a decoder's computed and generated are its stored values
+	// plus epoch - at (materialize). The aggregates below give an iteration's cost, its new
+	// KV blocks and the next finish without a pass over the batch; an iteration that would
+	// preempt, or in which the token budget would skip a decoder, brings every decoder up to
+	// date and takes the general path (generalStep). running = others + decoders, each in
+	// admission order.
+	epoch    int
+	dec      int         // number of decoders
+	decBase  int         // sum over decoders of computed - at: they hold decBase + dec*epoch tokens
+	crossing []int       // crossing[r]: decoders that take a new KV block in the iteration ending epoch ≡ r (mod block size)
+	ends     []*seqState // min-heap of the decoders by end, then order
+	others   []*seqState // running sequences that are not decoders, in admission order
+	finished []*seqState // scratch of finishFast
+	order    uint64      // the next admission's order
+	// omitProduced leaves Iteration.Produced empty (OmitProduced).
+	omitProduced bool
+	// general makes every iteration take the general path, visiting every sequence (tests
+	// compare it with the fast path).
+	general bool
+
 	// totals
 	steps       uint64
 	busy        time.Duration
@@ -211,7 +239,7 @@ func NewEngine(cfg EngineConfig, cost *CostModel) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, cost: cost, free: cfg.NumBlocks, blockShift: -1}
+	e := &Engine{cfg: cfg, cost: cost, free: cfg.NumBlocks, blockShift: -1, crossing: make([]int, cfg.BlockSize)}
 	if bs := cfg.BlockSize; bs&(bs-1) == 0 {
 		e.blockShift = bits.TrailingZeros(uint(bs))
 	}
@@ -223,6 +251,11 @@ func NewEngine(cfg EngineConfig, cost *CostModel) (*Engine, error) {
 
 // Config returns the engine's configuration.
 func (e *Engine) Config() EngineConfig { return e.cfg }
+
+// OmitProduced stops the engine listing in Iteration.Produced the sequences that produced
+// tokens, which costs a pass over the batch in every iteration; callers that need only first
+// tokens and finishes (the simulator's cluster) call it once, before stepping.
+func (e *Engine) OmitProduced() { e.omitProduced = true }
 
 // Add queues a request. A request whose prompt cannot be scheduled by this engine, or whose
 // full sequence could never fit the KV cache, is rejected with an error.
@@ -320,10 +353,10 @@ func (e *Engine) active() int {
 	if e.opens == 0 {
 		return len(e.running)
 	}
-	n := 0
-	for _, s := range e.running {
-		if !s.stalled() {
-			n++
+	n := len(e.running)
+	for _, s := range e.others { // decoders never stall
+		if s.stalled() {
+			n--
 		}
 	}
 	return n
@@ -413,6 +446,17 @@ func (e *Engine) Step() *Iteration {
 	if e.Idle() {
 		return it
 	}
+	if e.fastStep(it) {
+		return it
+	}
+	e.sync()
+	e.generalStep(it)
+	e.rebuild()
+	return it
+}
+
+// generalStep runs one iteration visiting every running sequence (there are no decoders).
+func (e *Engine) generalStep(it *Iteration) {
 	sched := e.sched[:0]
 	budget := e.cfg.MaxBatchedTokens
 	admitted := false
@@ -432,7 +476,7 @@ func (e *Engine) Step() *Iteration {
 	e.sched = sched
 	if len(sched) == 0 {
 		// Only possible when every running sequence preempted itself; try again next step.
-		return it
+		return
 	}
 	var b Batch
 	for _, s := range sched {
@@ -470,7 +514,6 @@ func (e *Engine) Step() *Iteration {
 	}
 	e.account(it, 1, len(sched), sec)
 	clear(sched)
-	return it
 }
 
 // scheduleRunning gives every running sequence its next tokens (one for a decode, the rest of
@@ -509,6 +552,7 @@ func (e *Engine) scheduleRunning(sched []*seqState, budget int) ([]*seqState, in
 
 func (e *Engine) preemptSeq(s *seqState) {
 	e.running = e.running[:len(e.running)-1]
+	e.dropOther(s)
 	e.free += s.blocks
 	e.release(s)
 	s.blocks, s.computed, s.chunk = 0, 0, 0
@@ -554,7 +598,10 @@ func (e *Engine) admit(sched []*seqState, budget int) ([]*seqState, int, bool) {
 		s.blocks = blocks
 		s.chunk = n
 		budget -= n
+		s.order = e.order
+		e.order++
 		e.running = append(e.running, s)
+		e.others = append(e.others, s)
 		sched = append(sched, s)
 		e.it.Admitted = append(e.it.Admitted, s.req.ID)
 		admitted = true
@@ -574,6 +621,7 @@ func (e *Engine) yieldStalled() bool {
 			continue
 		}
 		e.running = append(e.running[:i], e.running[i+1:]...)
+		e.dropOther(s)
 		e.free += s.blocks
 		e.release(s)
 		e.reclaim()
@@ -620,6 +668,7 @@ func (e *Engine) finish(it *Iteration) {
 	}
 	clear(e.running[len(kept):])
 	e.running = kept
+	e.others = append(e.others[:0], kept...) // no decoders on the general path
 }
 
 func (e *Engine) account(it *Iteration, steps, seqs int, sec float64) {
@@ -656,12 +705,40 @@ func (e *Engine) steadySteps() int {
 	return e.plan.k
 }
 
-// analyse works out the steady stretch the current state allows (see steadySteps).
+// analyse works out the steady stretch the current state allows (see steadySteps): a steady
+// stretch is one in which every active sequence is a decoder.
 func (e *Engine) analyse() steadyPlan {
 	n := e.active()
 	if n == 0 || e.admissible() {
 		return steadyPlan{ok: true}
 	}
+	if e.general {
+		return e.analyseAll(n)
+	}
+	if n != e.dec {
+		return steadyPlan{ok: true} // a prompt (or its last token) still to prefill
+	}
+	bs := e.cfg.BlockSize
+	// Decode iteration r from now (1 <= r <= bs) takes crossing[(epoch+r) mod bs] new
+	// blocks, and every decoder one block in each bs iterations.
+	q := e.free / n
+	left := e.free - q*n
+	rem := 0
+	for r := 1; r < bs; r++ {
+		c := e.crossing[(e.epoch+r)%bs]
+		if c > left {
+			break
+		}
+		left -= c
+		rem = r
+	}
+	kFinish := e.ends[0].end - e.epoch
+	return steadyPlan{ok: true, k: min(kFinish, q*bs+rem), kFinish: kFinish, n: n, ctx0: float64(e.decBase + n*e.epoch)}
+}
+
+// analyseAll is analyse visiting every running sequence, for the general path's engine, whose
+// decoders are not grouped; n is the number of active sequences.
+func (e *Engine) analyseAll(n int) steadyPlan {
 	bs := e.cfg.BlockSize
 	var cnt [65]int // offsets when bs <= 64; fall back to a slice otherwise
 	var counts []int
@@ -737,6 +814,23 @@ func (e *Engine) decodeStretch(k int) *Iteration {
 	n := e.plan.n
 	done := k >= e.plan.kFinish // a sequence produces its last token
 	it := e.reset()
+	if !e.general {
+		e.free -= e.newBlocks(k)
+		e.epoch += k
+		if !e.omitProduced {
+			for _, s := range e.running {
+				if s.decoding {
+					it.Produced = append(it.Produced, Produced{ID: s.req.ID, Tokens: k})
+				}
+			}
+		}
+		e.reclaim()
+		if done {
+			e.finishFast(it, nil)
+		}
+		e.account(it, k, n, sec)
+		return it
+	}
 	for _, s := range e.running {
 		if e.opens > 0 && s.stalled() {
 			continue
@@ -798,6 +892,8 @@ func (e *Engine) RunSteady(k int) *Iteration {
 // request had produced and whether it was in the engine.
 func (e *Engine) Abort(id uint64) (generated int, ok bool) {
 	e.plan.ok = false
+	e.sync()
+	defer e.rebuild()
 	if s := e.find(id); s != nil && s.req.Open {
 		e.opens--
 	}

@@ -380,6 +380,7 @@ func (c *Cluster) process(now time.Duration, it item) {
 			c.out = append(c.out, backend.Event{Kind: backend.EventFailed, At: now, Worker: backend.WorkerID(it.worker), Model: it.model, Err: err})
 			return
 		}
+		eng.OmitProduced() // first tokens and finishes are all the cluster reads
 		wk.engines[it.model] = &engine{model: it.model, w: wk, eng: eng, calls: map[uint64]*callInfo{}}
 		wk.order = append(wk.order, it.model)
 		c.out = append(c.out, backend.Event{Kind: backend.EventLoaded, At: now, Worker: backend.WorkerID(it.worker), Model: it.model})

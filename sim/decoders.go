@@ -1,0 +1,301 @@
+package sim
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/mosaic-sched/mosaic/internal/heapx"
+)
+
+// The fast path of the engine: iterations that leave the decoders (Engine.epoch) grouped, so
+// that an iteration costs in the number of sequences that are not plain decodes, not in the
+// batch. Each function here gives exactly what the general path (generalStep, analyseAll and
+// the general part of decodeStretch) gives for the same state; TestFastPathMatchesGeneral
+// drives both with random work and compares every iteration.
+
+// decodes reports whether running sequence s is a plain decode: its prompt and all its output
+// but the last token are computed, so each iteration computes that token and samples the next.
+func (e *Engine) decodes(s *seqState) bool {
+	return !s.req.Open && s.generated > 0 && s.computed == s.length()-1
+}
+
+func endsLess(a, b **seqState) bool {
+	if (*a).end != (*b).end {
+		return (*a).end < (*b).end
+	}
+	return (*a).order < (*b).order
+}
+
+// crossRes is the residue mod the block size of the epochs whose iteration gives decoder s a
+// new KV block. A running sequence holds blocksFor(computed) blocks (with its cached ones),
+// so it takes a new one in the iteration that starts with computed a multiple of the block
+// size: the iteration ending epoch at + j with computed + j - 1 ≡ 0, that is epoch ≡ at -
+// computed + 1. The residue does not change as the decoder advances.
+func (e *Engine) crossRes(s *seqState) int {
+	bs := e.cfg.BlockSize
+	r := (s.at - s.computed + 1) % bs
+	if r < 0 {
+		r += bs
+	}
+	return r
+}
+
+// join makes running sequence s a decoder as of the current epoch.
+func (e *Engine) join(s *seqState) {
+	s.decoding, s.at = true, e.epoch
+	s.end = e.epoch + s.req.OutputTokens - s.generated
+	e.dec++
+	e.decBase += s.computed - s.at
+	e.crossing[e.crossRes(s)]++
+	e.ends = heapx.Push(e.ends, s, endsLess)
+}
+
+// materialize brings decoder s's computed, generated and blocks up to the current epoch (the
+// KV blocks were taken from free as the epochs passed).
+func (e *Engine) materialize(s *seqState) {
+	d := e.epoch - s.at
+	s.computed += d
+	s.generated += d
+	s.at = e.epoch
+	s.blocks = e.blocksFor(s.computed) - s.cached
+}
+
+// leave ends decoder s's membership (it is already off the heap).
+func (e *Engine) leave(s *seqState) {
+	e.materialize(s)
+	e.dec--
+	e.decBase -= s.computed - s.at
+	e.crossing[e.crossRes(s)]--
+	s.decoding = false
+}
+
+// sync brings every decoder up to date and ungroups them: every running sequence is then in
+// others, as the general path expects.
+func (e *Engine) sync() {
+	if e.dec == 0 {
+		return
+	}
+	for _, s := range e.running {
+		if s.decoding {
+			e.materialize(s)
+			s.decoding = false
+		}
+	}
+	e.dec, e.decBase = 0, 0
+	clear(e.crossing)
+	clear(e.ends)
+	e.ends = e.ends[:0]
+	e.others = append(e.others[:0], e.running...)
+}
+
+// rebuild groups the running sequences that are plain decodes as decoders (after the general
+// path, which leaves none).
+func (e *Engine) rebuild() {
+	e.sync()
+	kept := e.others[:0]
+	for _, s := range e.running {
+		if !e.general && e.decodes(s) {
+			e.join(s)
+		} else {
+			kept = append(kept, s)
+		}
+	}
+	clear(e.others[len(kept):])
+	e.others = kept
+}
+
+// dropOther removes s from others if it is there (the newest first: preemption takes it).
+func (e *Engine) dropOther(s *seqState) {
+	for i := len(e.others) - 1; i >= 0; i-- {
+		if e.others[i] == s {
+			e.others = slices.Delete(e.others, i, i+1)
+			return
+		}
+	}
+}
+
+// newBlocks is the KV blocks the decoders take in the next k decode iterations.
+func (e *Engine) newBlocks(k int) int {
+	if e.dec == 0 {
+		return 0
+	}
+	bs := e.cfg.BlockSize
+	n := k / bs * e.dec
+	for j := 1; j <= k%bs; j++ {
+		n += e.crossing[(e.epoch+j)%bs]
+	}
+	return n
+}
+
+// fastStep runs the next iteration, as generalStep would, without visiting the decoders.
+// It reports false, having changed nothing, when that iteration would preempt a sequence or
+// leave a decoder out for want of token budget (or when general is set).
+func (e *Engine) fastStep(it *Iteration) bool {
+	if e.general {
+		return false
+	}
+	bs := e.cfg.BlockSize
+	sched := e.sched[:0]
+	budget := e.cfg.MaxBatchedTokens
+	decoding := 0 // the decoders that take part in this iteration
+	if !e.cfg.ChunkedPrefill {
+		// V0: whole prompts first, which leaves the decoders out; decodes when none fits.
+		admitted := false
+		if sched, budget, admitted = e.admit(sched, budget); !admitted {
+			// admit changed nothing; others are only prompts being admitted (no open
+			// requests, no chunks), so the iteration decodes the decoders alone.
+			if len(e.others) > 0 || e.dec > 0 && e.crossing[(e.epoch+1)%bs] > e.free {
+				return false
+			}
+			decoding = e.dec
+			e.free -= e.newBlocks(1)
+			e.reclaim()
+		}
+	} else {
+		// scheduleRunning: a token for each decoder, the rest of their prompt (or the
+		// tokens Grow added) for the others, in admission order; the budget may cut only the
+		// last running sequence, after every decoder.
+		need, blocks := e.dec, e.newBlocks(1)
+		for _, s := range e.others {
+			n := s.length() - s.computed
+			if n <= 0 {
+				continue
+			}
+			if need+n > budget {
+				if s != e.running[len(e.running)-1] || need >= budget {
+					return false
+				}
+				n = budget - need
+			}
+			need += n
+			blocks += e.blocksFor(s.computed+n) - s.blocks - s.cached
+		}
+		if blocks > e.free {
+			return false // a preemption
+		}
+		e.free -= blocks
+		e.reclaim()
+		used := e.dec
+		for _, s := range e.others {
+			n := min(s.length()-s.computed, budget-used)
+			if n <= 0 {
+				continue
+			}
+			s.blocks = e.blocksFor(s.computed+n) - s.cached
+			s.chunk = n
+			used += n
+			sched = append(sched, s)
+		}
+		budget -= need
+		decoding = e.dec
+		sched, budget, _ = e.admit(sched, budget)
+	}
+	_ = budget
+	e.sched = sched
+	var b Batch
+	if decoding > 0 {
+		// A decode computes one token after computed cached ones: c*prior + c(c+1)/2 pairs
+		// with c = 1, as below. Every term is an integer, so the float sums are exact and
+		// do not depend on the order.
+		ctx := float64(e.decBase + decoding*e.epoch)
+		b.Tokens = decoding
+		b.AttentionPairs = ctx + float64(decoding)
+		b.KVTokens = ctx + float64(decoding)
+		b.Sampled = decoding
+	}
+	for _, s := range sched {
+		c, prior := float64(s.chunk), float64(s.computed)
+		b.Tokens += s.chunk
+		b.AttentionPairs += c*prior + c*(c+1)/2
+		b.KVTokens += prior + c
+		if s.computed+s.chunk == s.length() && !s.req.Open {
+			b.Sampled++
+		}
+		if s.chunk > 1 || s.computed < s.req.PromptTokens {
+			it.PrefillTokens += s.chunk
+		}
+	}
+	b.Seqs = decoding + len(sched)
+	if b.Seqs == 0 {
+		return true // nothing could run (the general path returns the same empty iteration)
+	}
+	sec := e.cost.IterationSeconds(b)
+	if decoding > 0 {
+		e.epoch++
+	}
+	done := decoding > 0 && e.ends[0].end <= e.epoch
+	for _, s := range sched {
+		s.computed += s.chunk
+		s.chunk = 0
+		if e.prefix != nil && s.computed <= s.req.PromptTokens {
+			e.register(s)
+		}
+		if s.computed == s.length() && !s.req.Open {
+			s.generated++
+			s.mark = true
+			if s.generated == 1 {
+				it.FirstToken = append(it.FirstToken, s.req.ID)
+			}
+			done = done || s.generated >= s.req.OutputTokens
+		}
+	}
+	if !e.omitProduced {
+		for _, s := range e.running { // the general path's order: running, then admitted
+			if s.mark || s.decoding && decoding > 0 {
+				it.Produced = append(it.Produced, Produced{ID: s.req.ID, Tokens: 1})
+			}
+		}
+	}
+	for _, s := range sched {
+		s.mark = false
+	}
+	if done {
+		e.finishFast(it, sched)
+	}
+	// Sequences whose prompt is now computed decode from the next iteration on.
+	kept := e.others[:0]
+	for _, s := range e.others {
+		if e.decodes(s) {
+			e.join(s)
+		} else {
+			kept = append(kept, s)
+		}
+	}
+	clear(e.others[len(kept):])
+	e.others = kept
+	e.account(it, 1, b.Seqs, sec)
+	clear(sched)
+	return true
+}
+
+// finishFast removes the sequences that produced their last token: the decoders whose end
+// has come and those of sched (not decoders) that are done, in admission order, as finish.
+func (e *Engine) finishFast(it *Iteration, sched []*seqState) {
+	fin := e.finished[:0]
+	for e.dec > 0 && e.ends[0].end <= e.epoch {
+		var s *seqState
+		e.ends, s = heapx.Pop(e.ends, endsLess)
+		e.leave(s)
+		fin = append(fin, s)
+	}
+	for _, s := range sched {
+		if s.generated >= s.req.OutputTokens {
+			e.dropOther(s)
+			fin = append(fin, s)
+		}
+	}
+	slices.SortFunc(fin, func(a, b *seqState) int { return cmp.Compare(a.order, b.order) })
+	for _, s := range fin {
+		i, _ := slices.BinarySearchFunc(e.running, s.order, func(r *seqState, o uint64) int { return cmp.Compare(r.order, o) })
+		e.running = slices.Delete(e.running, i, i+1)
+		e.free += s.blocks
+		e.release(s)
+		s.blocks = 0
+		it.Finished = append(it.Finished, s.req.ID)
+		if len(e.spare) < e.cfg.MaxNumSeqs {
+			e.spare = append(e.spare, s)
+		}
+	}
+	clear(fin)
+	e.finished = fin[:0]
+}

@@ -1,0 +1,202 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// seqView is a running sequence as the general path would hold it.
+type seqView struct {
+	ID                                          uint64
+	Computed, Generated, Blocks, Cached, Preempt int
+}
+
+// view lists e's running sequences with the decoders brought up to date (without changing e),
+// and checks the fast path's bookkeeping: running = others + decoders in admission order, and
+// the aggregates agree with the decoders.
+func view(t *testing.T, e *Engine) []seqView {
+	t.Helper()
+	var out []seqView
+	var others []*seqState
+	dec, base := 0, 0
+	cross := make([]int, e.cfg.BlockSize)
+	for i, s := range e.running {
+		if i > 0 {
+			require.Less(t, e.running[i-1].order, s.order, "running in admission order")
+		}
+		v := seqView{ID: s.req.ID, Computed: s.computed, Generated: s.generated, Blocks: s.blocks, Cached: s.cached, Preempt: s.preemptions}
+		if s.decoding {
+			d := e.epoch - s.at
+			v.Computed += d
+			v.Generated += d
+			v.Blocks = e.blocksFor(v.Computed) - s.cached
+			dec++
+			base += s.computed - s.at
+			cross[e.crossRes(s)]++
+			require.Equal(t, s.at+s.req.OutputTokens-s.generated, s.end, "end of %d", s.req.ID)
+			require.Equal(t, e.blocksFor(s.computed), s.blocks+s.cached, "blocks of decoder %d", s.req.ID)
+		} else {
+			others = append(others, s)
+		}
+		out = append(out, v)
+	}
+	require.Equal(t, len(others), len(e.others), "others")
+	for i := range others {
+		require.Same(t, others[i], e.others[i], "others[%d]", i)
+	}
+	require.Equal(t, dec, e.dec)
+	require.Equal(t, dec, len(e.ends))
+	require.Equal(t, base, e.decBase)
+	require.Equal(t, cross, e.crossing)
+	return out
+}
+
+// TestFastPathMatchesGeneral drives an engine on the fast path and one on the general path
+// (every sequence visited in every iteration, as before decoders were grouped) with the same
+// random work: arrivals (some open, some sharing prefixes), Grow, Abort, Step, Advance with
+// horizons, and planned stretches run whole or cut. Every iteration, plan and state must be
+// identical, over engines that preempt, cut prompts by the token budget, run V0 or chunked
+// prefill, cache prefixes and use block sizes that are not powers of two.
+func TestFastPathMatchesGeneral(t *testing.T) {
+	type config struct {
+		name string
+		cfg  EngineConfig
+	}
+	var configs []config
+	for _, chunked := range []bool{true, false} {
+		for _, prefix := range []bool{false, true} {
+			for _, bs := range []int{16, 7, 1} {
+				for _, tight := range []bool{false, true} {
+					c := EngineConfig{MaxNumSeqs: 32, MaxBatchedTokens: 1024, ChunkedPrefill: chunked, BlockSize: bs,
+						NumBlocks: 40000 / bs, WatermarkBlocks: 400 / bs, PrefixCaching: prefix}
+					if tight { // preemptions, and prompts cut by the budget
+						c.MaxNumSeqs, c.MaxBatchedTokens, c.NumBlocks, c.WatermarkBlocks = 12, 700, 2400/bs, 16/bs
+					}
+					configs = append(configs, config{fmt.Sprintf("chunked=%t/prefix=%t/bs=%d/tight=%t", chunked, prefix, bs, tight), c})
+				}
+			}
+		}
+	}
+	cat := DefaultCatalog()
+	g, err := cat.GPU("A100-80GB")
+	require.NoError(t, err)
+	m, err := cat.Model("llama-3-8b")
+	require.NoError(t, err)
+	cm, err := NewCostModel(m, g, DefaultProfile().For(g))
+	require.NoError(t, err)
+	steady, preempted, grouped := 0, 0, 0
+	for _, c := range configs {
+		for seed := uint64(1); seed <= 3; seed++ {
+			t.Run(fmt.Sprintf("%s/seed=%d", c.name, seed), func(t *testing.T) {
+				fast, err := NewEngine(c.cfg, cm)
+				require.NoError(t, err)
+				gen, err := NewEngine(c.cfg, cm)
+				require.NoError(t, err)
+				gen.general = true
+				rng := rand.New(rand.NewPCG(seed, 7))
+				var ids, open []uint64
+				next := uint64(1)
+				same := func(what string, a, b *Iteration) {
+					require.Equal(t, snapshotIt(b), snapshotIt(a), what)
+					if len(a.Preempted) > 0 {
+						preempted++
+					}
+				}
+				check := func(op int) {
+					require.Equal(t, view(t, gen), view(t, fast), "state after op %d", op)
+					require.Equal(t, gen.free, fast.free, "free blocks after op %d", op)
+					require.Equal(t, gen.Stats(), fast.Stats(), "stats after op %d", op)
+					require.Equal(t, gen.Idle(), fast.Idle())
+					require.Equal(t, gen.Waiting(), fast.Waiting())
+					if fast.dec > 0 {
+						grouped++
+					}
+				}
+				for op := 0; op < 1200; op++ {
+					switch x := rng.IntN(100); {
+					case x < 25:
+						r := Request{ID: next, PromptTokens: 1 + rng.IntN(500), OutputTokens: 1 + rng.IntN(250)}
+						if rng.IntN(3) == 0 {
+							r.PrefixKey, r.PrefixTokens = uint64(1+rng.IntN(3)), 64+rng.IntN(200)
+						}
+						if c.cfg.ChunkedPrefill && rng.IntN(5) == 0 {
+							r.Open = true
+							open = append(open, r.ID)
+						}
+						next++
+						ids = append(ids, r.ID)
+						ea, eb := fast.Add(r), gen.Add(r)
+						require.Equal(t, eb, ea)
+					case x < 32 && len(open) > 0:
+						i := rng.IntN(len(open))
+						id, n, close := open[i], rng.IntN(120), rng.IntN(2) == 0
+						ea, eb := fast.Grow(id, n, close), gen.Grow(id, n, close)
+						require.Equal(t, eb, ea)
+						if close || ea != nil {
+							open = slices.Delete(open, i, i+1)
+						}
+					case x < 35 && len(ids) > 0:
+						id := ids[rng.IntN(len(ids))]
+						na, oka := fast.Abort(id)
+						nb, okb := gen.Abort(id)
+						require.Equal(t, []any{nb, okb}, []any{na, oka}, "abort %d", id)
+						if i := slices.Index(open, id); i >= 0 {
+							open = slices.Delete(open, i, i+1)
+						}
+					case x < 60:
+						same("step", fast.Step(), gen.Step())
+					case x < 75:
+						h := time.Duration(rng.IntN(3)) * time.Duration(rng.Int64N(int64(time.Second)))
+						same("advance", fast.Advance(h), gen.Advance(h))
+					default:
+						ka, da := fast.SteadyPlan()
+						kb, db := gen.SteadyPlan()
+						require.Equal(t, []any{kb, db}, []any{ka, da}, "plan at op %d", op)
+						if ka == 0 {
+							continue
+						}
+						steady++
+						k := ka
+						if rng.IntN(2) == 0 {
+							d := time.Duration(rng.Float64() * float64(da))
+							k = fast.StepsToReach(ka, d)
+							require.Equal(t, gen.StepsToReach(kb, d), k)
+						}
+						same("stretch", fast.RunSteady(k), gen.RunSteady(k))
+					}
+					check(op)
+				}
+				for i := 0; i < 100000 && !(fast.Idle() && gen.Idle()); i++ {
+					for _, id := range open {
+						require.NoError(t, fast.Grow(id, 0, true))
+						require.NoError(t, gen.Grow(id, 0, true))
+					}
+					open = open[:0]
+					same("drain", fast.Advance(0), gen.Advance(0))
+					check(-1)
+				}
+				require.True(t, fast.Idle(), "drained")
+			})
+		}
+	}
+	// The random work must reach the cases the fast path hands over or covers in closed form.
+	require.Positive(t, steady, "planned stretches")
+	require.Positive(t, preempted, "preemptions")
+	require.Positive(t, grouped, "states with grouped decoders")
+}
+
+// snapshotIt copies an iteration, whose slices the engine reuses.
+func snapshotIt(it *Iteration) Iteration {
+	c := *it
+	c.Produced = slices.Clone(it.Produced)
+	c.FirstToken = slices.Clone(it.FirstToken)
+	c.Finished = slices.Clone(it.Finished)
+	c.Preempted = slices.Clone(it.Preempted)
+	c.Admitted = slices.Clone(it.Admitted)
+	return c
+}
