@@ -136,22 +136,23 @@ type callState struct {
 	ready  time.Duration
 	timing CallTiming
 	err    string
-	// waiting counts the inputs not yet finished.
-	waiting int
 	// answer is the call's answer once finished (a skipped call's: its inputs' majority).
 	answer string
 	// confidence is the top vote share of its inputs' answers (0 without inputs).
 	confidence float64
+	// cancelledAt is when the call was cancelled.
+	cancelledAt time.Duration
+	// The small fields last, packed (400,000 calls in a large run).
+	// waiting counts the inputs not yet finished.
+	waiting int32
 	// pass is how many tokens a skipped call forwards to the calls that read it: those of the
 	// input that carried its majority answer.
-	pass int
-	// cancelledAt is when the call was cancelled, and produced the output tokens it had
-	// produced when it stopped (a submitted call's, reported by the backend).
-	cancelledAt time.Duration
-	produced    int
+	pass int32
+	// produced is the output tokens a cancelled call had produced when it stopped (a
+	// submitted call's, reported by the backend).
+	produced int32
 	// sent is the prompt tokens given to its worker so far when it was submitted open.
-	sent int
-	// The small fields last, packed (400,000 calls in a large run).
+	sent int32
 	status callStatus
 	final  bool
 	// ran says a cancelled call had been submitted (its record goes to the results).
@@ -219,7 +220,7 @@ func NewDriver(b Backend, p Policy, r Rule, wl *traces.Workload, models []ModelI
 					return nil, fmt.Errorf("call %d (query %d, %s) uses model %q, which the experiment does not list", c.ID, qi, c.Label(), c.Model)
 				}
 			}
-			d.calls[id] = callState{call: c, waiting: len(c.Inputs), worker: -1}
+			d.calls[id] = callState{call: c, waiting: int32(len(c.Inputs)), worker: -1}
 			for _, in := range c.Inputs {
 				d.childAt[d.first[qi]+in.From+1]++
 			}
@@ -470,7 +471,13 @@ func (d *Driver) stalled() error {
 // arrive releases a query's calls without inputs.
 func (d *Driver) arrive(qi int, now time.Duration, out []CallRef) []CallRef {
 	q := &d.workload.Queries[qi]
-	out = slices.Grow(out, len(q.Calls))
+	released := 0 // exactly what is released: a query's calls are in this run's largest slices
+	for i := range q.Calls {
+		if c := &q.Calls[i]; len(c.Inputs) == 0 || d.overlap && !c.IsTool() {
+			released++
+		}
+	}
+	out = slices.Grow(out, released)
 	for i := range q.Calls {
 		if len(q.Calls[i].Inputs) == 0 {
 			out = d.start(d.first[qi]+i, now, out)
@@ -567,7 +574,7 @@ func (d *Driver) known(id int) int {
 		case callDone:
 			tokens += in.Tokens
 		case callSkipped:
-			tokens += p.pass
+			tokens += int(p.pass)
 		}
 	}
 	return max(1, tokens)
@@ -578,11 +585,11 @@ func (d *Driver) known(id int) int {
 func (d *Driver) grow(id int, close bool) {
 	cs := &d.calls[id]
 	n := d.known(id)
-	if n == cs.sent && !close {
+	if n == int(cs.sent) && !close {
 		return
 	}
-	add := max(0, n-cs.sent)
-	cs.sent += add
+	add := max(0, n-int(cs.sent))
+	cs.sent += int32(add)
 	if err := d.grower.Grow(cs.worker, id, add, close); err != nil && d.fatal == nil {
 		d.fatal = fmt.Errorf("growing the prompt of call %d on worker %d: %w", id, cs.worker, err)
 	}
@@ -764,7 +771,7 @@ func (d *Driver) skip(id int, dec Decision, now time.Duration, events *[]Event) 
 	c := cs.call
 	for _, in := range c.Inputs {
 		if p := &d.calls[d.first[c.Query]+in.From]; dec.Majority != "" && !p.call.IsTool() && p.answer == dec.Majority {
-			cs.pass = in.Tokens
+			cs.pass = int32(in.Tokens)
 			break
 		}
 	}
@@ -789,7 +796,7 @@ func (d *Driver) adjustInputs(id int) {
 		case callDone:
 			tokens += in.Tokens
 		case callSkipped:
-			tokens += p.pass
+			tokens += int(p.pass)
 		}
 	}
 	if tokens != c.InputTokens && !c.IsTool() {
@@ -941,7 +948,7 @@ func (d *Driver) callRecord(cs *callState) CallRecord {
 	case callFailed:
 		st = "failed" // what it produced is unknown: the tokens asked for stand
 	case callCancelled, callCancelling:
-		st, produced = "cancelled", cs.produced
+		st, produced = "cancelled", int(cs.produced)
 	}
 	return CallRecord{Call: cs.call, Worker: cs.worker, Ready: cs.ready, Timing: cs.timing, Status: st, Err: cs.err, Final: cs.final,
 		Produced: produced}
@@ -990,9 +997,9 @@ func (d *Driver) stopped(ev *Event) error {
 	cs.status = callCancelled
 	d.stopping--
 	cs.timing = ev.Timing
-	cs.produced = ev.Produced
+	cs.produced = int32(ev.Produced)
 	if ev.Kind == EventDone {
-		cs.produced = cs.call.OutputTokens
+		cs.produced = int32(cs.call.OutputTokens)
 	}
 	ev.Call = d.refPtr(id)
 	ev.Worker = cs.worker
@@ -1103,7 +1110,7 @@ func (d *Driver) do(a Action) error {
 			if err := d.grower.SubmitOpen(a.Worker, &cp); err != nil {
 				return err
 			}
-			cs.sent = cp.InputTokens
+			cs.sent = int32(cp.InputTokens)
 		} else if err := d.backend.Submit(a.Worker, cs.call); err != nil {
 			return err
 		}

@@ -3,8 +3,6 @@ package sim
 import (
 	"cmp"
 	"slices"
-
-	"github.com/mosaic-sched/mosaic/internal/heapx"
 )
 
 // The fast path of the engine: iterations that leave the decoders (Engine.epoch) grouped, so
@@ -19,11 +17,68 @@ func (e *Engine) decodes(s *seqState) bool {
 	return !s.req.Open && s.generated > 0 && s.computed == s.length()-1
 }
 
-func endsLess(a, b **seqState) bool {
-	if (*a).end != (*b).end {
-		return (*a).end < (*b).end
+func endsLess(a, b *seqState) bool {
+	if ea, eb := a.end(), b.end(); ea != eb {
+		return ea < eb
 	}
-	return (*a).order < (*b).order
+	return a.order < b.order
+}
+
+// The decoders' finishes: a min-heap that knows each decoder's place, so that a preempted one
+// leaves it.
+
+func (e *Engine) endsSwap(i, j int) {
+	h := e.ends
+	h[i], h[j] = h[j], h[i]
+	h[i].hidx, h[j].hidx = int32(i), int32(j)
+}
+
+func (e *Engine) endsUp(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !endsLess(e.ends[i], e.ends[p]) {
+			return
+		}
+		e.endsSwap(i, p)
+		i = p
+	}
+}
+
+func (e *Engine) endsDown(i int) {
+	n := len(e.ends)
+	for {
+		c := 2*i + 1
+		if c >= n {
+			return
+		}
+		if c+1 < n && endsLess(e.ends[c+1], e.ends[c]) {
+			c++
+		}
+		if !endsLess(e.ends[c], e.ends[i]) {
+			return
+		}
+		e.endsSwap(i, c)
+		i = c
+	}
+}
+
+// endsRemove takes decoder s off the heap.
+func (e *Engine) endsRemove(s *seqState) {
+	i, n := int(s.hidx), len(e.ends)-1
+	if i != n {
+		e.endsSwap(i, n)
+	}
+	e.ends[n] = nil
+	e.ends = e.ends[:n]
+	if i < n {
+		e.endsDown(i)
+		e.endsUp(i)
+	}
+}
+
+// byOrder finds s in list, which is in admission order.
+func byOrder(list []*seqState, s *seqState) (int, bool) {
+	return slices.BinarySearchFunc(list, s.order, func(r *seqState, o uint64) int { return cmp.Compare(r.order, o) })
 }
 
 // crossRes is the residue mod the block size of the epochs whose iteration gives decoder s a
@@ -42,12 +97,25 @@ func (e *Engine) crossRes(s *seqState) int {
 
 // join makes running sequence s a decoder as of the current epoch.
 func (e *Engine) join(s *seqState) {
+	e.group(s)
+	s.hidx = int32(len(e.ends))
+	e.ends = append(e.ends, s)
+	e.endsUp(int(s.hidx))
+}
+
+// group counts s as a decoder, but for the heap.
+func (e *Engine) group(s *seqState) {
 	s.decoding, s.at = true, e.epoch
-	s.end = e.epoch + s.req.OutputTokens - s.generated
 	e.dec++
 	e.decBase += s.computed - s.at
-	e.crossing[e.crossRes(s)]++
-	e.ends = heapx.Push(e.ends, s, endsLess)
+	r := e.crossRes(s)
+	list := e.crossing[r]
+	if n := len(list); n == 0 || list[n-1].order < s.order {
+		e.crossing[r] = append(list, s)
+	} else {
+		i, _ := byOrder(list, s)
+		e.crossing[r] = slices.Insert(list, i, s)
+	}
 }
 
 // materialize brings decoder s's computed, generated and blocks up to the current epoch (the
@@ -60,12 +128,14 @@ func (e *Engine) materialize(s *seqState) {
 	s.blocks = e.blocksFor(s.computed) - s.cached
 }
 
-// leave ends decoder s's membership (it is already off the heap).
+// leave ends decoder s's membership; the caller has taken it off the heap.
 func (e *Engine) leave(s *seqState) {
 	e.materialize(s)
 	e.dec--
 	e.decBase -= s.computed - s.at
-	e.crossing[e.crossRes(s)]--
+	r := e.crossRes(s)
+	i, _ := byOrder(e.crossing[r], s)
+	e.crossing[r] = slices.Delete(e.crossing[r], i, i+1)
 	s.decoding = false
 }
 
@@ -82,7 +152,10 @@ func (e *Engine) sync() {
 		}
 	}
 	e.dec, e.decBase = 0, 0
-	clear(e.crossing)
+	for r := range e.crossing {
+		clear(e.crossing[r])
+		e.crossing[r] = e.crossing[r][:0]
+	}
 	clear(e.ends)
 	e.ends = e.ends[:0]
 	e.others = append(e.others[:0], e.running...)
@@ -95,13 +168,18 @@ func (e *Engine) rebuild() {
 	kept := e.others[:0]
 	for _, s := range e.running {
 		if !e.general && e.decodes(s) {
-			e.join(s)
+			e.group(s) // in admission order: appended to their crossing lists
+			s.hidx = int32(len(e.ends))
+			e.ends = append(e.ends, s)
 		} else {
 			kept = append(kept, s)
 		}
 	}
 	clear(e.others[len(kept):])
 	e.others = kept
+	for i := len(e.ends)/2 - 1; i >= 0; i-- {
+		e.endsDown(i)
+	}
 }
 
 // dropOther removes s from others if it is there (the newest first: preemption takes it).
@@ -122,19 +200,18 @@ func (e *Engine) newBlocks(k int) int {
 	bs := e.cfg.BlockSize
 	n := k / bs * e.dec
 	for j := 1; j <= k%bs; j++ {
-		n += e.crossing[(e.epoch+j)%bs]
+		n += len(e.crossing[(e.epoch+j)%bs])
 	}
 	return n
 }
 
-// fastStep runs the next iteration, as generalStep would, without visiting the decoders.
-// It reports false, having changed nothing, when that iteration would preempt a sequence or
-// leave a decoder out for want of token budget (or when general is set).
+// fastStep runs the next iteration, as generalStep would, visiting only the others and the
+// decoders that take a new KV block. It reports false, having changed nothing, when the token
+// budget would leave a decoder out (or when general is set).
 func (e *Engine) fastStep(it *Iteration) bool {
 	if e.general {
 		return false
 	}
-	bs := e.cfg.BlockSize
 	sched := e.sched[:0]
 	budget := e.cfg.MaxBatchedTokens
 	decoding := 0 // the decoders that take part in this iteration
@@ -142,53 +219,36 @@ func (e *Engine) fastStep(it *Iteration) bool {
 		// V0: whole prompts first, which leaves the decoders out; decodes when none fits.
 		admitted := false
 		if sched, budget, admitted = e.admit(sched, budget); !admitted {
-			// admit changed nothing; others are only prompts being admitted (no open
-			// requests, no chunks), so the iteration decodes the decoders alone.
-			if len(e.others) > 0 || e.dec > 0 && e.crossing[(e.epoch+1)%bs] > e.free {
+			// admit changed nothing. Every running sequence of a V0 engine decodes after
+			// the iteration that admitted it, so others are empty but in odd states.
+			if len(e.others) > 0 {
 				return false
 			}
+			sched, _ = e.scheduleGrouped(sched, budget)
 			decoding = e.dec
-			e.free -= e.newBlocks(1)
-			e.reclaim()
 		}
 	} else {
-		// scheduleRunning: a token for each decoder, the rest of their prompt (or the
-		// tokens Grow added) for the others, in admission order; the budget may cut only the
-		// last running sequence, after every decoder.
-		need, blocks := e.dec, e.newBlocks(1)
+		// scheduleRunning gives a token to each decoder and the rest of their prompt (or the
+		// tokens Grow added) to the others, in admission order, while the budget lasts: it
+		// may cut only the last running sequence, after every decoder.
+		need := e.dec
 		for _, s := range e.others {
 			n := s.length() - s.computed
 			if n <= 0 {
 				continue
 			}
-			if need+n > budget {
-				if s != e.running[len(e.running)-1] || need >= budget {
-					return false
-				}
-				n = budget - need
+			if need+n > budget && (s != e.running[len(e.running)-1] || need >= budget) {
+				return false
 			}
 			need += n
-			blocks += e.blocksFor(s.computed+n) - s.blocks - s.cached
 		}
-		if blocks > e.free {
-			return false // a preemption
-		}
-		e.free -= blocks
-		e.reclaim()
-		used := e.dec
-		for _, s := range e.others {
-			n := min(s.length()-s.computed, budget-used)
-			if n <= 0 {
-				continue
-			}
-			s.blocks = e.blocksFor(s.computed+n) - s.cached
-			s.chunk = n
-			used += n
-			sched = append(sched, s)
-		}
-		budget -= need
+		var used int
+		sched, used = e.scheduleGrouped(sched, budget)
+		budget -= e.dec + used
 		decoding = e.dec
-		sched, budget, _ = e.admit(sched, budget)
+		if !e.preempt {
+			sched, budget, _ = e.admit(sched, budget)
+		}
 	}
 	_ = budget
 	e.sched = sched
@@ -223,7 +283,7 @@ func (e *Engine) fastStep(it *Iteration) bool {
 	if decoding > 0 {
 		e.epoch++
 	}
-	done := decoding > 0 && e.ends[0].end <= e.epoch
+	done := decoding > 0 && e.ends[0].end() <= e.epoch
 	for _, s := range sched {
 		s.computed += s.chunk
 		s.chunk = 0
@@ -268,13 +328,76 @@ func (e *Engine) fastStep(it *Iteration) bool {
 	return true
 }
 
+// scheduleGrouped is scheduleRunning with grouped decoders: it visits, in admission order, the
+// others and the decoders that take a new KV block in this iteration (the rest need nothing
+// that can run out), preempting the newest sequences while the cache lacks blocks. It
+// returns the others scheduled and their tokens; every decoder left runs.
+func (e *Engine) scheduleGrouped(sched []*seqState, budget int) ([]*seqState, int) {
+	r := (e.epoch + 1) % e.cfg.BlockSize
+	used := 0
+	i, j := 0, 0
+	for {
+		// Preemptions take the newest sequences, which lie after both cursors.
+		cross := e.crossing[r]
+		switch {
+		case i < len(cross) && (j >= len(e.others) || cross[i].order < e.others[j].order):
+			s := cross[i]
+			i++
+			if !e.allocate(s, 1) {
+				return sched, used
+			}
+		case j < len(e.others):
+			s := e.others[j]
+			j++
+			need := s.length() - s.computed
+			if !e.cfg.ChunkedPrefill && need > 1 {
+				continue
+			}
+			n := min(need, budget-e.dec-used)
+			if n <= 0 {
+				continue
+			}
+			if !e.allocate(s, e.blocksFor(s.computed+n)-s.blocks-s.cached) {
+				return sched, used
+			}
+			s.chunk = n
+			used += n
+			sched = append(sched, s)
+		default:
+			return sched, used
+		}
+	}
+}
+
+// allocate gives running sequence s blocks new KV blocks, preempting the newest sequences
+// while there are too few; it reports false when s itself was preempted.
+func (e *Engine) allocate(s *seqState, blocks int) bool {
+	for blocks > e.free {
+		victim := e.running[len(e.running)-1]
+		if victim.decoding {
+			e.endsRemove(victim)
+			e.leave(victim)
+		}
+		e.preemptSeq(victim)
+		if victim == s {
+			return false
+		}
+	}
+	e.free -= blocks
+	e.reclaim()
+	if !s.decoding {
+		s.blocks += blocks
+	}
+	return true
+}
+
 // finishFast removes the sequences that produced their last token: the decoders whose end
 // has come and those of sched (not decoders) that are done, in admission order, as finish.
 func (e *Engine) finishFast(it *Iteration, sched []*seqState) {
 	fin := e.finished[:0]
-	for e.dec > 0 && e.ends[0].end <= e.epoch {
-		var s *seqState
-		e.ends, s = heapx.Pop(e.ends, endsLess)
+	for e.dec > 0 && e.ends[0].end() <= e.epoch {
+		s := e.ends[0]
+		e.endsRemove(s)
 		e.leave(s)
 		fin = append(fin, s)
 	}

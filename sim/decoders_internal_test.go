@@ -12,7 +12,7 @@ import (
 
 // seqView is a running sequence as the general path would hold it.
 type seqView struct {
-	ID                                          uint64
+	ID                                           uint64
 	Computed, Generated, Blocks, Cached, Preempt int
 }
 
@@ -24,12 +24,12 @@ func view(t *testing.T, e *Engine) []seqView {
 	var out []seqView
 	var others []*seqState
 	dec, base := 0, 0
-	cross := make([]int, e.cfg.BlockSize)
+	cross := make([][]*seqState, e.cfg.BlockSize)
 	for i, s := range e.running {
 		if i > 0 {
 			require.Less(t, e.running[i-1].order, s.order, "running in admission order")
 		}
-		v := seqView{ID: s.req.ID, Computed: s.computed, Generated: s.generated, Blocks: s.blocks, Cached: s.cached, Preempt: s.preemptions}
+		v := seqView{ID: s.req.ID, Computed: s.computed, Generated: s.generated, Blocks: s.blocks, Cached: s.cached, Preempt: int(s.preemptions)}
 		if s.decoding {
 			d := e.epoch - s.at
 			v.Computed += d
@@ -37,8 +37,9 @@ func view(t *testing.T, e *Engine) []seqView {
 			v.Blocks = e.blocksFor(v.Computed) - s.cached
 			dec++
 			base += s.computed - s.at
-			cross[e.crossRes(s)]++
-			require.Equal(t, s.at+s.req.OutputTokens-s.generated, s.end, "end of %d", s.req.ID)
+			r := e.crossRes(s)
+			cross[r] = append(cross[r], s)
+			require.Same(t, s, e.ends[s.hidx], "heap index of %d", s.req.ID)
 			require.Equal(t, e.blocksFor(s.computed), s.blocks+s.cached, "blocks of decoder %d", s.req.ID)
 		} else {
 			others = append(others, s)
@@ -52,7 +53,15 @@ func view(t *testing.T, e *Engine) []seqView {
 	require.Equal(t, dec, e.dec)
 	require.Equal(t, dec, len(e.ends))
 	require.Equal(t, base, e.decBase)
-	require.Equal(t, cross, e.crossing)
+	for r := range cross {
+		require.Equal(t, len(cross[r]), len(e.crossing[r]), "crossing[%d]", r)
+		for i := range cross[r] {
+			require.Same(t, cross[r][i], e.crossing[r][i], "crossing[%d][%d]", r, i)
+		}
+	}
+	for i := 1; i < len(e.ends); i++ {
+		require.False(t, endsLess(e.ends[i], e.ends[(i-1)/2]), "heap order at %d", i)
+	}
 	return out
 }
 

@@ -136,20 +136,23 @@ type Iteration struct {
 }
 
 type seqState struct {
-	req         Request
-	generated   int // output tokens produced
-	computed    int // tokens whose keys and values are in the cache
-	blocks      int // KV blocks held as its own
-	cached      int // leading prompt blocks it uses from the prefix cache (not in blocks)
-	preemptions int
-	chunk       int // tokens scheduled in the current iteration
-
-	order    uint64 // admission order: the running batch is sorted by it
-	decoding bool   // a decoder (see Engine.epoch): computed and generated are as of epoch at
-	at       int    // the epoch at which computed, generated and blocks were last brought up to date
-	end      int    // for a decoder, the epoch at whose iteration it produces its last token
-	mark     bool   // produced a token in the current iteration (fast path)
+	req       Request
+	generated int    // output tokens produced
+	computed  int    // tokens whose keys and values are in the cache
+	blocks    int    // KV blocks held as its own
+	cached    int    // leading prompt blocks it uses from the prefix cache (not in blocks)
+	chunk     int    // tokens scheduled in the current iteration
+	order     uint64 // admission order: the running batch is sorted by it
+	at        int    // a decoder's epoch (Engine.epoch) of computed, generated and blocks
+	// The small fields last, packed (one state per call waiting or running).
+	preemptions int32
+	hidx        int32 // a decoder's index in Engine.ends
+	decoding    bool  // a decoder: computed, generated and blocks are as of epoch at
+	mark        bool  // produced a token in the current iteration (fast path)
 }
+
+// end is the epoch at the end of whose iteration decoder s produces its last token.
+func (s *seqState) end() int { return s.at + s.req.OutputTokens - s.generated }
 
 func (s *seqState) length() int { return s.req.PromptTokens + s.generated }
 
@@ -198,18 +201,19 @@ type Engine struct {
 	// token in every iteration that decodes at all, so the engine does not visit it: epoch
 	// counts those iterations, and a decoder's computed and generated are its stored values
 	// plus epoch - at (materialize). The aggregates below give an iteration's cost, its new
-	// KV blocks and the next finish without a pass over the batch; an iteration that would
-	// preempt, or in which the token budget would skip a decoder, brings every decoder up to
-	// date and takes the general path (generalStep). running = others + decoders, each in
-	// admission order.
+	// KV blocks and the next finish without a pass over the batch; an iteration visits only
+	// the others and the decoders that take a new block (preempting, when the cache is full,
+	// as the general path does). An iteration in which the token budget would skip a decoder
+	// brings every decoder up to date and takes the general path (generalStep). running =
+	// others + decoders, each in admission order.
 	epoch    int
-	dec      int         // number of decoders
-	decBase  int         // sum over decoders of computed - at: they hold decBase + dec*epoch tokens
-	crossing []int       // crossing[r]: decoders that take a new KV block in the iteration ending epoch ≡ r (mod block size)
-	ends     []*seqState // min-heap of the decoders by end, then order
-	others   []*seqState // running sequences that are not decoders, in admission order
-	finished []*seqState // scratch of finishFast
-	order    uint64      // the next admission's order
+	dec      int           // number of decoders
+	decBase  int           // sum over decoders of computed - at: they hold decBase + dec*epoch tokens
+	crossing [][]*seqState // crossing[r]: the decoders that take a new KV block in the iterations ending epoch ≡ r (mod block size), in admission order
+	ends     []*seqState   // min-heap of the decoders by end, then order (seqState.hidx)
+	others   []*seqState   // running sequences that are not decoders, in admission order
+	finished []*seqState   // scratch of finishFast
+	order    uint64        // the next admission's order
 	// omitProduced leaves Iteration.Produced empty (OmitProduced).
 	omitProduced bool
 	// general makes every iteration take the general path, visiting every sequence (tests
@@ -239,7 +243,7 @@ func NewEngine(cfg EngineConfig, cost *CostModel) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, cost: cost, free: cfg.NumBlocks, blockShift: -1, crossing: make([]int, cfg.BlockSize)}
+	e := &Engine{cfg: cfg, cost: cost, free: cfg.NumBlocks, blockShift: -1, crossing: make([][]*seqState, cfg.BlockSize)}
 	if bs := cfg.BlockSize; bs&(bs-1) == 0 {
 		e.blockShift = bits.TrailingZeros(uint(bs))
 	}
@@ -725,14 +729,14 @@ func (e *Engine) analyse() steadyPlan {
 	left := e.free - q*n
 	rem := 0
 	for r := 1; r < bs; r++ {
-		c := e.crossing[(e.epoch+r)%bs]
+		c := len(e.crossing[(e.epoch+r)%bs])
 		if c > left {
 			break
 		}
 		left -= c
 		rem = r
 	}
-	kFinish := e.ends[0].end - e.epoch
+	kFinish := e.ends[0].end() - e.epoch
 	return steadyPlan{ok: true, k: min(kFinish, q*bs+rem), kFinish: kFinish, n: n, ctx0: float64(e.decBase + n*e.epoch)}
 }
 
