@@ -152,7 +152,7 @@ type callState struct {
 	// submitted call's, reported by the backend).
 	produced int32
 	// sent is the prompt tokens given to its worker so far when it was submitted open.
-	sent int32
+	sent   int32
 	status callStatus
 	final  bool
 	// ran says a cancelled call had been submitted (its record goes to the results).

@@ -76,6 +76,29 @@ func (e *Engine) endsRemove(s *seqState) {
 	}
 }
 
+// dropRunning removes fin, in admission order, from running.
+func (e *Engine) dropRunning(fin []*seqState) {
+	if len(fin) <= 2 { // a move of the tail each
+		for _, s := range fin {
+			i, _ := byOrder(e.running, s)
+			e.running = slices.Delete(e.running, i, i+1)
+		}
+		return
+	}
+	// One pass: both lists are in admission order.
+	i, _ := byOrder(e.running, fin[0])
+	kept, f := e.running[:i], 0
+	for _, s := range e.running[i:] {
+		if f < len(fin) && s == fin[f] {
+			f++
+			continue
+		}
+		kept = append(kept, s)
+	}
+	clear(e.running[len(kept):])
+	e.running = kept
+}
+
 // byOrder finds s in list, which is in admission order.
 func byOrder(list []*seqState, s *seqState) (int, bool) {
 	return slices.BinarySearchFunc(list, s.order, func(r *seqState, o uint64) int { return cmp.Compare(r.order, o) })
@@ -408,9 +431,8 @@ func (e *Engine) finishFast(it *Iteration, sched []*seqState) {
 		}
 	}
 	slices.SortFunc(fin, func(a, b *seqState) int { return cmp.Compare(a.order, b.order) })
+	e.dropRunning(fin)
 	for _, s := range fin {
-		i, _ := slices.BinarySearchFunc(e.running, s.order, func(r *seqState, o uint64) int { return cmp.Compare(r.order, o) })
-		e.running = slices.Delete(e.running, i, i+1)
 		e.free += s.blocks
 		e.release(s)
 		s.blocks = 0

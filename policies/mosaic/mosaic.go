@@ -97,6 +97,9 @@ type Policy struct {
 	earlyN map[int]int
 	// inflightEarly is feed's scratch: calls submitted to a worker in this round.
 	inflightEarly map[policies.WorkerID]int
+	// perm and sorted are order's scratch.
+	perm   []int32
+	sorted []policies.CallRef
 }
 
 type worker struct {
@@ -413,8 +416,14 @@ func (p *Policy) order(calls []policies.CallRef) {
 	if p.opts.Order == OrderPlain {
 		return
 	}
-	sort.SliceStable(calls, func(i, j int) bool {
-		a, b := calls[i], calls[j]
+	// Sort positions, not the references (a stage's release is tens of thousands of them);
+	// the permutation is the one sorting the references in place would give.
+	idx := p.perm[:0]
+	for i := range calls {
+		idx = append(idx, int32(i))
+	}
+	sort.SliceStable(idx, func(i, j int) bool {
+		a, b := &calls[idx[i]], &calls[idx[j]]
 		if a.Inputs == 0 || b.Inputs == 0 {
 			return false
 		}
@@ -423,6 +432,13 @@ func (p *Policy) order(calls []policies.CallRef) {
 		}
 		return a.InputTokens > b.InputTokens
 	})
+	sorted := p.sorted[:0]
+	for _, i := range idx {
+		sorted = append(sorted, calls[i])
+	}
+	copy(calls, sorted)
+	clear(sorted)
+	p.perm, p.sorted = idx, sorted
 }
 
 // deal hands the current stage's calls to the replicas of their model, each to the replica
