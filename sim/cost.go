@@ -56,7 +56,20 @@ type Coefficients struct {
 	// The GPU runs behind the launches, so the iteration's GPU part lasts max(launch_floor_ms,
 	// its roofline work); 0 (engines that replay CUDA graphs) leaves the roofline alone.
 	LaunchFloorMS float64 `toml:"launch_floor_ms"`
+	// PagedAttentionV1Factor, when positive, multiplies the attention time of an iteration
+	// that only decodes once its sequences times query heads per GPU exceed 512: vLLM's
+	// PagedAttention switches there from its partitioned V2 kernel to V1, one thread block per
+	// sequence and head walking the whole context (vllm/attention/ops/paged_attn.py,
+	// forward_decode: use_v1 = max_seq_len <= 8192 and (max_num_partitions == 1 or num_seqs *
+	// num_heads > 512), _PARTITION_SIZE = 512; vLLM PRs #1348 and #1510). Engines that decode
+	// with it pay the factor (vLLM 0.6.1 on ROCm, whose custom ROCm kernel came after it, in
+	// PR #8310); FlashAttention and FlashInfer backends do not (0, the default).
+	PagedAttentionV1Factor float64 `toml:"paged_attention_v1_factor"`
 }
+
+// pagedAttentionV1Work is the number of sequences times query heads per GPU above which vLLM's
+// PagedAttention decodes with its V1 kernel (see Coefficients.PagedAttentionV1Factor).
+const pagedAttentionV1Work = 512
 
 // Validate reports coefficients that would make the cost model meaningless.
 func (c Coefficients) Validate() error {
@@ -92,6 +105,9 @@ func (c Coefficients) Validate() error {
 	}
 	if !(c.LaunchFloorMS >= 0) || math.IsInf(c.LaunchFloorMS, 0) {
 		return fmt.Errorf("launch_floor_ms must be a non-negative number, got %g", c.LaunchFloorMS)
+	}
+	if !(c.PagedAttentionV1Factor >= 0) || math.IsInf(c.PagedAttentionV1Factor, 0) {
+		return fmt.Errorf("paged_attention_v1_factor must be a non-negative number (0: none), got %g", c.PagedAttentionV1Factor)
 	}
 	return nil
 }
@@ -152,6 +168,10 @@ type Batch struct {
 // floor f = LaunchFloorMS: T = o_iter + o_seq * Seqs + max(f, linear + attention + all-reduce).
 // With f = 0 (the default: engines that replay CUDA graphs) the sum stands as written.
 //
+// An engine that decodes with vLLM's PagedAttention kernels runs its unpartitioned V1 kernel
+// when Seqs * heads / TP > 512; with PagedAttentionV1Factor = v > 0, the attention line of an
+// iteration that only decodes (Tokens = Seqs) is then multiplied by v.
+//
 // A model load takes weight_bytes / (LoadGBps * 1e9) + StartupS seconds (a tensor-parallel
 // group reads the whole checkpoint at the node's load bandwidth).
 type CostModel struct {
@@ -173,6 +193,8 @@ type CostModel struct {
 	allReduceFixed    float64 // latency of one iteration's all-reduces, seconds
 	allReducePerToken float64 // their transfer time per token, seconds
 	floor             float64 // f: the launch floor of the GPU part, seconds
+	v1Factor          float64 // attention factor of decode iterations of v1Seqs sequences or more (0: none)
+	v1Seqs            int
 }
 
 // CostOption configures a cost model beyond its model, GPU and coefficients.
@@ -240,6 +262,8 @@ func NewCostModel(m *Model, g *GPU, c Coefficients, opts ...CostOption) (*CostMo
 		fixed:           c.IterationOverheadMS / 1e3,
 		perSeq:          c.PerSeqOverheadMS / 1e3,
 		floor:           c.LaunchFloorMS / 1e3,
+		v1Factor:        c.PagedAttentionV1Factor,
+		v1Seqs:          pagedAttentionV1Work/(m.Heads/o.tp) + 1,
 	}
 	if m.MoE() {
 		nAtt := float64(m.Layers) * m.attentionParams()
@@ -299,6 +323,9 @@ func (c *CostModel) IterationSeconds(b Batch) float64 {
 func (c *CostModel) roofline(b Batch) (lin, att, ar float64) {
 	lin = math.Max((c.flopsPerToken*float64(b.Tokens)+c.flopsPerSample*float64(b.Sampled))*c.linComputeScale, c.weightSeconds(b.Tokens))
 	att = math.Max(c.attPerPair*b.AttentionPairs, c.attPerKVToken*b.KVTokens)
+	if c.v1Factor > 0 && b.Tokens == b.Seqs && b.Seqs >= c.v1Seqs {
+		att *= c.v1Factor
+	}
 	if c.TP > 1 {
 		ar = c.allReduceFixed + c.allReducePerToken*float64(b.Tokens)
 	}
@@ -353,7 +380,11 @@ func (c *CostModel) decodeLine(n int) (base, slope float64) {
 	if c.TP > 1 {
 		base += c.allReduceFixed + c.allReducePerToken*float64(n)
 	}
-	return base, math.Max(c.attPerPair, c.attPerKVToken)
+	slope = math.Max(c.attPerPair, c.attPerKVToken)
+	if c.v1Factor > 0 && n >= c.v1Seqs {
+		slope *= c.v1Factor
+	}
+	return base, slope
 }
 
 // decodeSeconds is the duration of k decode iterations of n sequences whose contexts sum to

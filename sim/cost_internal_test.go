@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,24 +22,58 @@ func TestDecodeSecondsSumsIterations(t *testing.T) {
 		m, err := cat.Model(tc.model)
 		require.NoError(t, err)
 		for _, floorMS := range []float64{0, 5, 12, 25, 80} {
-			coef := DefaultProfile().For(g)
-			coef.LaunchFloorMS = floorMS
-			cm, err := NewCostModel(m, g, coef, WithTP(tc.tp))
-			require.NoError(t, err)
-			for _, n := range []int{1, 7, 64, 256} {
-				for _, ctx0 := range []float64{0, 1000, 200000} {
-					for _, k := range []int{1, 2, 50, 3000} {
-						name := fmt.Sprintf("%s/tp=%d/floor=%gms/n=%d/ctx0=%g/k=%d", tc.model, tc.tp, floorMS, n, ctx0, k)
-						sum := 0.0
-						for i := 1; i <= k; i++ {
-							ctx := ctx0 + float64(n*i)
-							sum += cm.IterationSeconds(Batch{Tokens: n, AttentionPairs: ctx, KVTokens: ctx, Seqs: n, Sampled: n})
+			for _, v1 := range []float64{0, 2.5} {
+				coef := DefaultProfile().For(g)
+				coef.LaunchFloorMS, coef.PagedAttentionV1Factor = floorMS, v1
+				cm, err := NewCostModel(m, g, coef, WithTP(tc.tp))
+				require.NoError(t, err)
+				for _, n := range []int{1, 7, 64, 256} {
+					for _, ctx0 := range []float64{0, 1000, 200000} {
+						for _, k := range []int{1, 2, 50, 3000} {
+							name := fmt.Sprintf("%s/tp=%d/floor=%gms/v1=%g/n=%d/ctx0=%g/k=%d", tc.model, tc.tp, floorMS, v1, n, ctx0, k)
+							sum := 0.0
+							for i := 1; i <= k; i++ {
+								ctx := ctx0 + float64(n*i)
+								sum += cm.IterationSeconds(Batch{Tokens: n, AttentionPairs: ctx, KVTokens: ctx, Seqs: n, Sampled: n})
+							}
+							got := cm.decodeSeconds(n, k, ctx0)
+							require.InDelta(t, sum, got, 1e-9*math.Max(1, sum), name)
 						}
-						got := cm.decodeSeconds(n, k, ctx0)
-						require.InDelta(t, sum, got, 1e-9*math.Max(1, sum), name)
 					}
 				}
 			}
 		}
+	}
+}
+
+// The PagedAttention V1 factor multiplies the attention of decode-only iterations from the
+// first batch whose sequences times query heads per GPU exceed 512, and nothing else.
+func TestPagedAttentionV1Factor(t *testing.T) {
+	cat := DefaultCatalog()
+	g, err := cat.GPU("MI300X")
+	require.NoError(t, err)
+	m, err := cat.Model("llama-3-8b") // 32 query heads
+	require.NoError(t, err)
+	for _, tc := range []struct{ tp, first int }{{1, 17}, {2, 33}, {4, 65}} {
+		plain := DefaultProfile().For(g)
+		v1 := plain
+		v1.PagedAttentionV1Factor = 3
+		a, err := NewCostModel(m, g, plain, WithTP(tc.tp))
+		require.NoError(t, err)
+		b, err := NewCostModel(m, g, v1, WithTP(tc.tp))
+		require.NoError(t, err)
+		decode := func(n int) Batch {
+			ctx := float64(n * 3000)
+			return Batch{Tokens: n, AttentionPairs: ctx, KVTokens: ctx, Seqs: n, Sampled: n}
+		}
+		below, at := decode(tc.first-1), decode(tc.first)
+		assert.Equal(t, a.IterationSeconds(below), b.IterationSeconds(below), "tp %d: V2 below the switch", tc.tp)
+		_, attA, _ := a.roofline(at)
+		require.Positive(t, attA)
+		assert.InDelta(t, a.IterationSeconds(at)+2*attA, b.IterationSeconds(at), 1e-12, "tp %d: V1 from %d sequences", tc.tp, tc.first)
+		mixed := at
+		mixed.Tokens += 500 // an iteration that also prefills keeps its time: the model does not split its attention by kernel
+		mixed.AttentionPairs += 500 * 501 / 2
+		assert.Equal(t, a.IterationSeconds(mixed), b.IterationSeconds(mixed), "tp %d: mixed iteration", tc.tp)
 	}
 }

@@ -62,6 +62,7 @@ type partialCoef struct {
 	AllReduceHopUS       *float64 `toml:"allreduce_hop_us"`
 	LinkEfficiency       *float64 `toml:"link_efficiency"`
 	LaunchFloorMS        *float64 `toml:"launch_floor_ms"`
+	PagedAttentionV1     *float64 `toml:"paged_attention_v1_factor"`
 }
 
 func (p partialCoef) over(c Coefficients) Coefficients {
@@ -84,6 +85,7 @@ func (p partialCoef) over(c Coefficients) Coefficients {
 	set(&c.AllReduceHopUS, p.AllReduceHopUS)
 	set(&c.LinkEfficiency, p.LinkEfficiency)
 	set(&c.LaunchFloorMS, p.LaunchFloorMS)
+	set(&c.PagedAttentionV1Factor, p.PagedAttentionV1)
 	return c
 }
 
@@ -194,5 +196,8 @@ func writeCoef(b *strings.Builder, table string, c Coefficients) {
 	fmt.Fprintf(b, "link_efficiency = %.3f\n", c.LinkEfficiency)
 	if c.LaunchFloorMS > 0 { // an eager engine's; profiles of engines with CUDA graphs omit it
 		fmt.Fprintf(b, "launch_floor_ms = %.4f\n", c.LaunchFloorMS)
+	}
+	if c.PagedAttentionV1Factor > 0 { // engines that decode with vLLM's PagedAttention kernels
+		fmt.Fprintf(b, "paged_attention_v1_factor = %.4f\n", c.PagedAttentionV1Factor)
 	}
 }

@@ -23,9 +23,10 @@ func TestProfileRoundTrip(t *testing.T) {
 	require.NoError(t, prof.Write(&plain))
 	assert.NotContains(t, plain.String(), "launch_floor_ms")
 	assert.NotContains(t, plain.String(), "attention_compute_efficiency")
+	assert.NotContains(t, plain.String(), "paged_attention_v1_factor")
 
 	c := prof.For(g)
-	c.LaunchFloorMS, c.AttentionComputeEfficiency = 9.3863, 0.00238
+	c.LaunchFloorMS, c.AttentionComputeEfficiency, c.PagedAttentionV1Factor = 9.3863, 0.00238, 2.6348
 	prof.Set(g.Name, c)
 	var buf bytes.Buffer
 	require.NoError(t, prof.Write(&buf, "test"))
@@ -36,6 +37,7 @@ func TestProfileRoundTrip(t *testing.T) {
 	got := back.For(g)
 	assert.InDelta(t, 9.3863, got.LaunchFloorMS, 1e-9)
 	assert.InDelta(t, 0.00238, got.AttentionComputeEfficiency, 1e-9)
+	assert.InDelta(t, 2.6348, got.PagedAttentionV1Factor, 1e-9)
 	assert.Zero(t, back.Default.LaunchFloorMS)
 
 	bad := filepath.Join(t.TempDir(), "bad.toml")

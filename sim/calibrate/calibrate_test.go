@@ -401,6 +401,35 @@ func TestFitAlsoRecoversFloorAndAttentionCompute(t *testing.T) {
 	assert.ErrorContains(t, err, `cannot fit "no_such_key"`)
 }
 
+// Decode iteration times generated with a PagedAttention V1 factor are fitted back when it is
+// fitted too, and not without it: the batches past the switch take longer than the roofline
+// allows.
+func TestFitAlsoRecoversPagedAttentionV1(t *testing.T) {
+	g, m := h100Llama3(t) // 32 query heads: V1 from 17 sequences at TP 1
+	truth := sim.DefaultProfile().For(g)
+	truth.PagedAttentionV1Factor = 2.5
+	var cases []calibrate.IterationCase
+	for _, p := range []int{512, 2048, 4096} {
+		for _, b := range []int{1, 4, 8, 16, 24, 32, 64, 128} {
+			c := calibrate.IterationCase{IterationPoint: calibrate.IterationPoint{Line: len(cases) + 2, Model: m.ID,
+				Hardware: g.Name, TP: 1, Prompt: p, Batch: b, Tokens: 64, Kind: calibrate.Token}, GPU: g, Model: m}
+			pred, err := calibrate.PredictIteration(c, truth)
+			require.NoError(t, err)
+			c.Seconds = pred.Predicted
+			cases = append(cases, c)
+		}
+	}
+	start := sim.DefaultProfile().For(g)
+	plain, err := calibrate.FitIterations(cases, start, calibrate.FitOptions{})
+	require.NoError(t, err)
+	fr, err := calibrate.FitIterations(cases, start, calibrate.FitOptions{Also: []string{"paged_attention_v1_factor"}})
+	require.NoError(t, err)
+	t.Logf("MAPE %.2f%% without the factor, %.3f%% with it: factor %.3f", plain.MAPE, fr.MAPE, fr.Coef.PagedAttentionV1Factor)
+	assert.Less(t, fr.MAPE, 0.5)
+	assert.InEpsilon(t, 2.5, fr.Coef.PagedAttentionV1Factor, 0.05)
+	assert.Greater(t, plain.MAPE, 3.0, "the default set cannot represent the switch")
+}
+
 // A decode step's parts add up to its time, with or without a launch floor; with one above
 // the GPU's work, the floor's part is what it adds.
 func TestDecodeBreakdownAddsUp(t *testing.T) {

@@ -35,12 +35,13 @@ const (
 	pLink
 	pFloor
 	pAttCompute
+	pV1
 	numParams
 )
 
 // paramNames are the profile keys of the fitted coefficients, by parameter index.
 var paramNames = [numParams]string{"compute_efficiency", "memory_efficiency", "attention_efficiency",
-	"iteration_overhead_ms", "per_seq_overhead_ms", "reserve_gib", "allreduce_us", "allreduce_hop_us", "tp_reserve_gib", "link_efficiency", "launch_floor_ms", "attention_compute_efficiency"}
+	"iteration_overhead_ms", "per_seq_overhead_ms", "reserve_gib", "allreduce_us", "allreduce_hop_us", "tp_reserve_gib", "link_efficiency", "launch_floor_ms", "attention_compute_efficiency", "paged_attention_v1_factor"}
 
 func unpack(x []float64, free []int, base sim.Coefficients) sim.Coefficients {
 	c := base
@@ -70,6 +71,8 @@ func unpack(x []float64, free []int, base sim.Coefficients) sim.Coefficients {
 			c.LaunchFloorMS = math.Exp(x[i])
 		case pAttCompute:
 			c.AttentionComputeEfficiency = logistic(x[i])
+		case pV1:
+			c.PagedAttentionV1Factor = math.Exp(x[i])
 		}
 	}
 	return c
@@ -85,6 +88,7 @@ func pack(c sim.Coefficients, free []int) []float64 {
 		logit(c.LinkEfficiency),
 		math.Log(math.Max(c.LaunchFloorMS, minFloorMS)),
 		logit(attComputeEfficiency(c)),
+		math.Log(math.Max(c.PagedAttentionV1Factor, 1)), // 1: V1 as fast as V2
 	}
 	x := make([]float64, len(free))
 	for i, p := range free {
@@ -257,7 +261,8 @@ func minimize(free []int, start sim.Coefficients, mape func(sim.Coefficients) fl
 	// scan it on a grid first. A launch floor below every iteration's GPU part changes
 	// nothing: the objective is flat there, so scan it too (0.1 to 100 ms, 10% apart); and
 	// the attention compute efficiency, which may sit orders of magnitude below the other
-	// efficiencies (0.05% to 100%, 25% apart).
+	// efficiencies (0.05% to 100%, 25% apart); and the PagedAttention V1 factor (1 to 8, 10%
+	// apart), which only the largest decode batches see.
 	scan := func(p int, from, to float64, next func(v float64) float64, packed func(v float64) float64) {
 		i := slices.Index(free, p)
 		if i < 0 {
@@ -278,6 +283,7 @@ func minimize(free []int, start sim.Coefficients, mape func(sim.Coefficients) fl
 	})
 	scan(pFloor, 0.1, 100, func(ms float64) float64 { return ms * 1.1 }, math.Log)
 	scan(pAttCompute, 5e-4, 1, func(eff float64) float64 { return eff * 1.25 }, logit)
+	scan(pV1, 1, 8, func(f float64) float64 { return f * 1.1 }, math.Log)
 	for round := 0; round < 6; round++ {
 		res, err := optimize.Minimize(optimize.Problem{Func: objective}, x,
 			&optimize.Settings{FuncEvaluations: 3000, Converger: &optimize.FunctionConverge{Absolute: 1e-4, Iterations: 200}},
