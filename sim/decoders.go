@@ -286,18 +286,7 @@ func (e *Engine) fastStep(it *Iteration) bool {
 		b.KVTokens = ctx + float64(decoding)
 		b.Sampled = decoding
 	}
-	for _, s := range sched {
-		c, prior := float64(s.chunk), float64(s.computed)
-		b.Tokens += s.chunk
-		b.AttentionPairs += c*prior + c*(c+1)/2
-		b.KVTokens += prior + c
-		if s.computed+s.chunk == s.length() && !s.req.Open {
-			b.Sampled++
-		}
-		if s.chunk > 1 || s.computed < s.req.PromptTokens {
-			it.PrefillTokens += s.chunk
-		}
-	}
+	addScheduled(&b, it, sched)
 	b.Seqs = decoding + len(sched)
 	if b.Seqs == 0 {
 		return true // nothing could run (the general path returns the same empty iteration)

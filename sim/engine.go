@@ -483,18 +483,7 @@ func (e *Engine) generalStep(it *Iteration) {
 		return
 	}
 	var b Batch
-	for _, s := range sched {
-		c, prior := float64(s.chunk), float64(s.computed)
-		b.Tokens += s.chunk
-		b.AttentionPairs += c*prior + c*(c+1)/2
-		b.KVTokens += prior + c
-		if s.computed+s.chunk == s.length() && !s.req.Open {
-			b.Sampled++
-		}
-		if s.chunk > 1 || s.computed < s.req.PromptTokens {
-			it.PrefillTokens += s.chunk
-		}
-	}
+	addScheduled(&b, it, sched)
 	b.Seqs = len(sched)
 	sec := e.cost.IterationSeconds(b)
 	done := false // a sequence produced its last token (only scheduled ones produce)
@@ -518,6 +507,23 @@ func (e *Engine) generalStep(it *Iteration) {
 	}
 	e.account(it, 1, len(sched), sec)
 	clear(sched)
+}
+
+// addScheduled adds the work of the scheduled sequences (their chunks) to b, and their
+// prefill tokens to it.
+func addScheduled(b *Batch, it *Iteration, sched []*seqState) {
+	for _, s := range sched {
+		c, prior := float64(s.chunk), float64(s.computed)
+		b.Tokens += s.chunk
+		b.AttentionPairs += c*prior + c*(c+1)/2
+		b.KVTokens += prior + c
+		if s.computed+s.chunk == s.length() && !s.req.Open {
+			b.Sampled++
+		}
+		if s.chunk > 1 || s.computed < s.req.PromptTokens {
+			it.PrefillTokens += s.chunk
+		}
+	}
 }
 
 // scheduleRunning gives every running sequence its next tokens (one for a decode, the rest of
