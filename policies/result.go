@@ -272,16 +272,41 @@ func (r *Result) Summary() Summary {
 	}
 	s.Accuracy = ratio(right, gold)
 	s.AccuracyDeltaPP = 100 * (s.Accuracy - r.AlwaysAggregate)
-	var busy time.Duration
-	for _, iv := range r.WorkerIntervals() {
-		if iv.Kind == "busy" {
-			busy += iv.End - iv.Start
-		}
-	}
 	if s.E2E > 0 {
-		s.GPUBusyFrac = busy.Seconds() / (float64(r.Workers) * s.E2E.Seconds())
+		s.GPUBusyFrac = r.BusyTime().Seconds() / (float64(r.Workers) * s.E2E.Seconds())
 	}
 	return s
+}
+
+// BusyTime is the workers' busy time summed: the length of their busy intervals
+// (WorkerIntervals) without building them.
+func (r *Result) BusyTime() time.Duration {
+	per := make([][]int64, r.Workers) // edge keys, as busySpans makes them
+	for i := range r.Calls {
+		c := &r.Calls[i]
+		if c.Worker < 0 || c.Timing.End <= c.Timing.Started {
+			continue
+		}
+		per[c.Worker] = append(per[c.Worker], int64(c.Timing.Started)<<1|1, int64(c.Timing.End)<<1)
+	}
+	var busy time.Duration
+	for _, keys := range per {
+		slices.Sort(keys)
+		n, start := 0, int64(0)
+		for _, k := range keys {
+			if k&1 == 1 {
+				if n == 0 {
+					start = k >> 1
+				}
+				n++
+				continue
+			}
+			if n--; n == 0 {
+				busy += time.Duration(k>>1 - start)
+			}
+		}
+	}
+	return busy
 }
 
 // Interval is a span of one worker's time: "load" (a model loading), "busy" (at least one

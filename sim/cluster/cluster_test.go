@@ -273,12 +273,15 @@ func TestRoundRobinStraggler(t *testing.T) {
 	}, 0)
 	res := run(t, roundrobin.New(), policies.NeverSkip(), wl, 6, 4)
 	busy := map[policies.WorkerID]time.Duration{}
+	var total time.Duration
 	for _, iv := range res.WorkerIntervals() {
 		if iv.Kind == "busy" {
 			busy[iv.Worker] += iv.End - iv.Start
+			total += iv.End - iv.Start
 		}
 	}
 	assert.Greater(t, busy[1], 2*busy[2], "worker 1 (M1, M5) is the straggler: %v", busy)
+	assert.Equal(t, total, res.BusyTime(), "BusyTime sums the busy intervals")
 }
 
 func TestMosaicInvariants(t *testing.T) {
