@@ -63,7 +63,10 @@ type Coefficients struct {
 	// forward_decode: use_v1 = max_seq_len <= 8192 and (max_num_partitions == 1 or num_seqs *
 	// num_heads > 512), _PARTITION_SIZE = 512; vLLM PRs #1348 and #1510). Engines that decode
 	// with it pay the factor (vLLM 0.6.1 on ROCm, whose custom ROCm kernel came after it, in
-	// PR #8310); FlashAttention and FlashInfer backends do not (0, the default).
+	// PR #8310); FlashAttention and FlashInfer backends do not (0, the default). The model
+	// knows neither the batch's longest context (V2 serves contexts over 8192 tokens at any
+	// batch) nor prefills apart from decodes within a mixed iteration (so an iteration with
+	// a prefill chunk keeps its time; one of one-token chunks counts as a decode).
 	PagedAttentionV1Factor float64 `toml:"paged_attention_v1_factor"`
 }
 

@@ -244,7 +244,7 @@ func (e *Engine) fastStep(it *Iteration) bool {
 		if sched, budget, admitted = e.admit(sched, budget); !admitted {
 			// admit changed nothing. Every running sequence of a V0 engine decodes after
 			// the iteration that admitted it, so others are empty but in odd states.
-			if len(e.others) > 0 {
+			if len(e.others) > 0 || e.dec > budget {
 				return false
 			}
 			sched, _ = e.scheduleGrouped(sched, budget)
@@ -255,6 +255,9 @@ func (e *Engine) fastStep(it *Iteration) bool {
 		// tokens Grow added) to the others, in admission order, while the budget lasts: it
 		// may cut only the last running sequence, after every decoder.
 		need := e.dec
+		if need > budget {
+			return false // more decoders than tokens (closed open sequences joined a full batch)
+		}
 		for _, s := range e.others {
 			n := s.length() - s.computed
 			if n <= 0 {

@@ -75,6 +75,9 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 	type config struct {
 		name string
 		cfg  EngineConfig
+		// crowded: short prompts, half of them open, and a token budget the size of the
+		// batch cap, so closed open sequences overfill the batch and the general path runs.
+		crowded bool
 	}
 	var configs []config
 	for _, chunked := range []bool{true, false} {
@@ -86,7 +89,12 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 					if tight { // preemptions, and prompts cut by the budget
 						c.MaxNumSeqs, c.MaxBatchedTokens, c.NumBlocks, c.WatermarkBlocks = 12, 700, 2400/bs, 16/bs
 					}
-					configs = append(configs, config{fmt.Sprintf("chunked=%t/prefix=%t/bs=%d/tight=%t", chunked, prefix, bs, tight), c})
+					configs = append(configs, config{name: fmt.Sprintf("chunked=%t/prefix=%t/bs=%d/tight=%t", chunked, prefix, bs, tight), cfg: c})
+				}
+				if chunked {
+					c := EngineConfig{MaxNumSeqs: 4, MaxBatchedTokens: 6, ChunkedPrefill: true, BlockSize: bs,
+						NumBlocks: 4000 / bs, WatermarkBlocks: 16 / bs, PrefixCaching: prefix}
+					configs = append(configs, config{name: fmt.Sprintf("crowded/prefix=%t/bs=%d", prefix, bs), cfg: c, crowded: true})
 				}
 			}
 		}
@@ -98,7 +106,7 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 	require.NoError(t, err)
 	cm, err := NewCostModel(m, g, DefaultProfile().For(g))
 	require.NoError(t, err)
-	steady, preempted, grouped := 0, 0, 0
+	steady, preempted, grouped, fallbacks := 0, 0, 0, 0
 	for _, c := range configs {
 		for seed := uint64(1); seed <= 3; seed++ {
 			t.Run(fmt.Sprintf("%s/seed=%d", c.name, seed), func(t *testing.T) {
@@ -130,10 +138,13 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 					switch x := rng.IntN(100); {
 					case x < 25:
 						r := Request{ID: next, PromptTokens: 1 + rng.IntN(500), OutputTokens: 1 + rng.IntN(250)}
+						if c.crowded {
+							r.PromptTokens = 1 + rng.IntN(12)
+						}
 						if rng.IntN(3) == 0 {
 							r.PrefixKey, r.PrefixTokens = uint64(1+rng.IntN(3)), 64+rng.IntN(200)
 						}
-						if c.cfg.ChunkedPrefill && rng.IntN(5) == 0 {
+						if c.cfg.ChunkedPrefill && (rng.IntN(5) == 0 || c.crowded && rng.IntN(2) == 0) {
 							r.Open = true
 							open = append(open, r.ID)
 						}
@@ -190,6 +201,7 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 					check(-1)
 				}
 				require.True(t, fast.Idle(), "drained")
+				fallbacks += fast.fallbacks
 			})
 		}
 	}
@@ -197,6 +209,8 @@ func TestFastPathMatchesGeneral(t *testing.T) {
 	require.Positive(t, steady, "planned stretches")
 	require.Positive(t, preempted, "preemptions")
 	require.Positive(t, grouped, "states with grouped decoders")
+	require.Positive(t, fallbacks, "iterations on the general path")
+	t.Logf("%d planned stretches, %d preempting iterations, %d grouped states, %d general-path iterations", steady, preempted, grouped, fallbacks)
 }
 
 // snapshotIt copies an iteration, whose slices the engine reuses.

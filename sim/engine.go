@@ -217,8 +217,9 @@ type Engine struct {
 	// omitProduced leaves Iteration.Produced empty (OmitProduced).
 	omitProduced bool
 	// general makes every iteration take the general path, visiting every sequence (tests
-	// compare it with the fast path).
-	general bool
+	// compare it with the fast path); fallbacks counts the iterations that took it otherwise.
+	general   bool
+	fallbacks int
 
 	// totals
 	steps       uint64
@@ -453,6 +454,7 @@ func (e *Engine) Step() *Iteration {
 	if e.fastStep(it) {
 		return it
 	}
+	e.fallbacks++
 	e.sync()
 	e.generalStep(it)
 	e.rebuild()
@@ -495,7 +497,9 @@ func (e *Engine) generalStep(it *Iteration) {
 		}
 		if s.computed == s.length() && !s.req.Open {
 			s.generated++
-			it.Produced = append(it.Produced, Produced{ID: s.req.ID, Tokens: 1})
+			if !e.omitProduced {
+				it.Produced = append(it.Produced, Produced{ID: s.req.ID, Tokens: 1})
+			}
 			if s.generated == 1 {
 				it.FirstToken = append(it.FirstToken, s.req.ID)
 			}
@@ -719,7 +723,9 @@ func (e *Engine) steadySteps() int {
 // stretch is one in which every active sequence is a decoder.
 func (e *Engine) analyse() steadyPlan {
 	n := e.active()
-	if n == 0 || e.admissible() {
+	if n == 0 || n > e.cfg.MaxBatchedTokens || e.admissible() {
+		// Nothing to run, more sequences than the token budget (open ones that closed
+		// after the batch filled: an iteration leaves some out), or a prompt to admit.
 		return steadyPlan{ok: true}
 	}
 	if e.general {
@@ -850,7 +856,9 @@ func (e *Engine) decodeStretch(k int) *Iteration {
 		nb := e.blocksFor(s.computed) - s.cached
 		e.free -= nb - s.blocks
 		s.blocks = nb
-		it.Produced = append(it.Produced, Produced{ID: s.req.ID, Tokens: k})
+		if !e.omitProduced {
+			it.Produced = append(it.Produced, Produced{ID: s.req.ID, Tokens: k})
+		}
 	}
 	e.reclaim()
 	if done {

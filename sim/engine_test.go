@@ -825,3 +825,65 @@ func TestOpenRequestNeedsChunkedPrefill(t *testing.T) {
 	assert.ErrorContains(t, err, "request 1: an open request (prefill-decode overlap) needs chunked prefill")
 	require.NoError(t, eng.Add(sim.Request{ID: 2, PromptTokens: 40, OutputTokens: 10}))
 }
+
+// Open requests do not count against max_num_seqs while they wait, so once they close the
+// batch can hold more sequences than the token budget has tokens: each iteration then decodes
+// only as many as the budget allows, and no closed-form stretch (which decodes them all)
+// is planned. Advance gives what Step gives.
+func TestMoreDecodersThanBudget(t *testing.T) {
+	cfg := sim.EngineConfig{MaxNumSeqs: 2, MaxBatchedTokens: 2, ChunkedPrefill: true, BlockSize: 16, NumBlocks: 1000}
+	run := func(advance bool) []record {
+		eng := newEngine(t, cfg)
+		require.NoError(t, eng.Add(sim.Request{ID: 1, PromptTokens: 1, OutputTokens: 10, Open: true}))
+		require.NoError(t, eng.Add(sim.Request{ID: 2, PromptTokens: 1, OutputTokens: 10, Open: true}))
+		require.NoError(t, eng.Add(sim.Request{ID: 3, PromptTokens: 1, OutputTokens: 10}))
+		require.NoError(t, eng.Add(sim.Request{ID: 4, PromptTokens: 1, OutputTokens: 10}))
+		var out []record
+		out = append(out, snapshot(eng.Step()), snapshot(eng.Step()))
+		require.NoError(t, eng.Grow(1, 0, true))
+		require.NoError(t, eng.Grow(2, 0, true))
+		for i := 0; i < 100 && !eng.Idle(); i++ {
+			if eng.Running() > 2 {
+				k, _ := eng.SteadyPlan()
+				require.Zero(t, k, "%d sequences, a budget of 2 tokens: no steady stretch", eng.Running())
+			}
+			var it *sim.Iteration
+			if advance {
+				it = eng.Advance(0)
+			} else {
+				it = eng.Step()
+			}
+			require.LessOrEqual(t, it.Seqs, 2, "iteration %d", i)
+			out = append(out, snapshot(it))
+		}
+		require.True(t, eng.Idle())
+		return out
+	}
+	step, adv := run(false), run(true)
+	assert.Equal(t, 4*10, tokensOf(step), "every request produced its tokens")
+	assert.Equal(t, tokensOf(step), tokensOf(adv))
+	steps := func(rs []record) (n int, d time.Duration) {
+		for _, r := range rs {
+			n, d = n+r.Steps, d+r.Duration
+		}
+		return n, d
+	}
+	ns, ds := steps(step)
+	na, da := steps(adv)
+	assert.Equal(t, ns, na, "iterations")
+	assert.InDelta(t, float64(ds), float64(da), float64(ns)*float64(time.Microsecond), "duration")
+	fa := finishTimes(adv)
+	for id, want := range finishTimes(step) {
+		assert.InDelta(t, float64(want), float64(fa[id]), float64(ns)*float64(time.Microsecond), "finish time of %d", id)
+	}
+}
+
+func tokensOf(rs []record) int {
+	n := 0
+	for _, r := range rs {
+		for _, p := range r.Produced {
+			n += p.Tokens
+		}
+	}
+	return n
+}

@@ -37,7 +37,7 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	var fitOnly multiFlag
 	var fitAlso multiFlag
 	fs.Var(&fitAlso, "fit-also", "with --fit or --splitwise: fit this coefficient too, beside the default set or --fit-only (profile key, repeatable), e.g. launch_floor_ms (an eager engine's launch floor), attention_compute_efficiency or paged_attention_v1_factor")
-	fs.Var(&fitOnly, "fit-only", "with --fit or --splitwise: fit only this coefficient (profile key, repeatable). Default with --fit: all but load_gbps, startup_s, link_efficiency, launch_floor_ms and attention_compute_efficiency, and allreduce_hop_us only when the rows span two tensor-parallel degrees above 1; with --splitwise: the efficiencies but attention_compute_efficiency, the two overheads and the all-reduce coefficients")
+	fs.Var(&fitOnly, "fit-only", "with --fit or --splitwise: fit only this coefficient (profile key, repeatable). Default with --fit: all but load_gbps, startup_s, link_efficiency, launch_floor_ms, attention_compute_efficiency and paged_attention_v1_factor, and allreduce_hop_us only when the rows span two tensor-parallel degrees above 1; with --splitwise: the efficiencies but attention_compute_efficiency, the two overheads and the all-reduce coefficients")
 	out := fs.String("o", "", "write the (fitted) profile as TOML to this file")
 	profile := fs.String("profile", "", "predict with this profile instead of the built-in one")
 	catalog := fs.String("catalog", "", "extra GPUs and models (TOML)")

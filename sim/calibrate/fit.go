@@ -72,7 +72,7 @@ func unpack(x []float64, free []int, base sim.Coefficients) sim.Coefficients {
 		case pAttCompute:
 			c.AttentionComputeEfficiency = logistic(x[i])
 		case pV1:
-			c.PagedAttentionV1Factor = math.Exp(x[i])
+			c.PagedAttentionV1Factor = 1 + math.Exp(x[i]) // V1 is never faster than V2
 		}
 	}
 	return c
@@ -88,7 +88,7 @@ func pack(c sim.Coefficients, free []int) []float64 {
 		logit(c.LinkEfficiency),
 		math.Log(math.Max(c.LaunchFloorMS, minFloorMS)),
 		logit(attComputeEfficiency(c)),
-		math.Log(math.Max(c.PagedAttentionV1Factor, 1)), // 1: V1 as fast as V2
+		math.Log(math.Max(c.PagedAttentionV1Factor-1, 1e-3)), // from about 1: V1 as fast as V2
 	}
 	x := make([]float64, len(free))
 	for i, p := range free {
@@ -283,7 +283,7 @@ func minimize(free []int, start sim.Coefficients, mape func(sim.Coefficients) fl
 	})
 	scan(pFloor, 0.1, 100, func(ms float64) float64 { return ms * 1.1 }, math.Log)
 	scan(pAttCompute, 5e-4, 1, func(eff float64) float64 { return eff * 1.25 }, logit)
-	scan(pV1, 1, 8, func(f float64) float64 { return f * 1.1 }, math.Log)
+	scan(pV1, 1.05, 8, func(f float64) float64 { return f * 1.1 }, func(f float64) float64 { return math.Log(f - 1) })
 	for round := 0; round < 6; round++ {
 		res, err := optimize.Minimize(optimize.Problem{Func: objective}, x,
 			&optimize.Settings{FuncEvaluations: 3000, Converger: &optimize.FunctionConverge{Absolute: 1e-4, Iterations: 200}},
