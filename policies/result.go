@@ -281,7 +281,16 @@ func (r *Result) Summary() Summary {
 // BusyTime is the workers' busy time summed: the length of their busy intervals
 // (WorkerIntervals) without building them.
 func (r *Result) BusyTime() time.Duration {
+	served := make([]int, r.Workers)
+	for i := range r.Calls {
+		if w := r.Calls[i].Worker; w >= 0 {
+			served[w]++
+		}
+	}
 	per := make([][]int64, r.Workers) // edge keys, as busySpans makes them
+	for w, n := range served {
+		per[w] = make([]int64, 0, 2*n)
+	}
 	for i := range r.Calls {
 		c := &r.Calls[i]
 		if c.Worker < 0 || c.Timing.End <= c.Timing.Started {
