@@ -734,22 +734,31 @@ func (e *Engine) analyse() steadyPlan {
 	if n != e.dec {
 		return steadyPlan{ok: true} // a prompt (or its last token) still to prefill
 	}
+	// Decode iteration r from now takes crossing[(epoch+r) mod bs] new blocks.
 	bs := e.cfg.BlockSize
-	// Decode iteration r from now (1 <= r <= bs) takes crossing[(epoch+r) mod bs] new
-	// blocks, and every decoder one block in each bs iterations.
+	kBlocks := e.blockSteps(n, func(r int) int { return len(e.crossing[(e.epoch+r)%bs]) })
+	kFinish := e.ends[0].end() - e.epoch
+	return steadyPlan{ok: true, k: min(kFinish, kBlocks), kFinish: kFinish, n: n, ctx0: float64(e.decBase + n*e.epoch)}
+}
+
+// blockSteps is how many decode iterations of n sequences the free KV blocks last, where
+// crossings(r) of them take a new block in iteration r (1 <= r <= block size) from now and
+// every sequence one block in each block-size iterations: k = q*bs + rem iterations take
+// q*n + crossings(1) + ... + crossings(rem) blocks.
+func (e *Engine) blockSteps(n int, crossings func(r int) int) int {
+	bs := e.cfg.BlockSize
 	q := e.free / n
 	left := e.free - q*n
 	rem := 0
 	for r := 1; r < bs; r++ {
-		c := len(e.crossing[(e.epoch+r)%bs])
+		c := crossings(r)
 		if c > left {
 			break
 		}
 		left -= c
 		rem = r
 	}
-	kFinish := e.ends[0].end() - e.epoch
-	return steadyPlan{ok: true, k: min(kFinish, q*bs+rem), kFinish: kFinish, n: n, ctx0: float64(e.decBase + n*e.epoch)}
+	return q*bs + rem
 }
 
 // analyseAll is analyse visiting every running sequence, for the general path's engine, whose
@@ -779,15 +788,7 @@ func (e *Engine) analyseAll(n int) steadyPlan {
 		r := (s.blocks+s.cached)*bs - s.computed + 1
 		counts[r]++
 	}
-	// new blocks needed by step k = q*n + sum(counts[1..rem]) for k = q*bs + rem.
-	q := e.free / n
-	left := e.free - q*n
-	rem := 0
-	for r := 1; r < bs && counts[r] <= left; r++ {
-		left -= counts[r]
-		rem = r
-	}
-	kBlocks := q*bs + rem
+	kBlocks := e.blockSteps(n, func(r int) int { return counts[r] })
 	return steadyPlan{ok: true, k: min(kFinish, kBlocks), kFinish: kFinish, n: n, ctx0: ctx0}
 }
 
