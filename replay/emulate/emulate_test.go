@@ -597,7 +597,10 @@ func TestFaultStall(t *testing.T) {
 	for i := 1; i < len(got.times); i++ {
 		gap = max(gap, got.times[i]-got.times[i-1])
 	}
-	assert.GreaterOrEqual(t, gap, stall, "the stream stalls mid-way")
+	// The client times arrivals: the token before the stall may reach it late, which shortens
+	// the gap it sees by that delay (299.8 ms was seen on a loaded 2-core machine), while
+	// gaps without a stall are a decode iteration, milliseconds.
+	assert.GreaterOrEqual(t, gap, stall*9/10, "the stream stalls mid-way")
 	assert.Greater(t, got.firstToken, time.Duration(0))
 	assert.Less(t, got.firstToken, stall, "the stall comes after the first tokens")
 }
