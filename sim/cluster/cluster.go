@@ -17,6 +17,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/mosaic-sched/mosaic/policies/backend"
@@ -97,6 +98,52 @@ type Cluster struct {
 	// is queued in out, and is free for another call once out has been drained (the events
 	// point into it until they are consumed).
 	free, retired []*callInfo
+	// calls are the states of the calls in flight by call ID: a slice for the IDs a workload
+	// numbers densely from 0, a map for any larger (a hash lookup per iteration output was
+	// a twentieth of a large run).
+	calls  []*callInfo
+	sparse map[uint64]*callInfo
+}
+
+// denseIDs bounds the call IDs kept in Cluster.calls (8 bytes each).
+const denseIDs = 1 << 24
+
+// info returns the state of call id in flight (nil: none).
+func (c *Cluster) info(id uint64) *callInfo {
+	if id < uint64(len(c.calls)) {
+		return c.calls[id]
+	}
+	return c.sparse[id]
+}
+
+// setInfo records the state of call id in flight; nil forgets it.
+func (c *Cluster) setInfo(id uint64, ci *callInfo) {
+	if id >= denseIDs {
+		if ci == nil {
+			delete(c.sparse, id)
+			return
+		}
+		if c.sparse == nil {
+			c.sparse = map[uint64]*callInfo{}
+		}
+		c.sparse[id] = ci
+		return
+	}
+	if n := int(id) + 1; n > len(c.calls) {
+		if ci == nil {
+			return
+		}
+		c.calls = slices.Grow(c.calls, n-len(c.calls))[:n]
+	}
+	c.calls[id] = ci
+}
+
+// on returns the state of call id if it is in flight on engine e (nil otherwise).
+func (c *Cluster) on(e *engine, id uint64) *callInfo {
+	if ci := c.info(id); ci != nil && ci.eng == e {
+		return ci
+	}
+	return nil
 }
 
 // newCallInfo returns a call state, reused when one is free.
@@ -120,6 +167,7 @@ type callInfo struct {
 	// r is the call's reference, sent with the events that end it.
 	r       backend.CallRef
 	call    *traces.Call
+	eng     *engine // where it runs
 	timing  backend.CallTiming
 	started bool
 }
@@ -130,7 +178,6 @@ type engine struct {
 	model string
 	w     *worker
 	eng   *sim.Engine
-	calls map[uint64]*callInfo
 
 	version uint64
 	state   engState
@@ -241,32 +288,32 @@ func (c *Cluster) Grow(w backend.WorkerID, id int, tokens int, close bool) error
 	if w < 0 || int(w) >= len(c.workers) {
 		return fmt.Errorf("cluster: no worker %d", w)
 	}
-	wk := c.workers[w]
-	for _, m := range wk.order {
-		e := wk.engines[m]
-		if e.calls[uint64(id)] == nil {
-			continue
-		}
-		now := c.Now()
-		if e.state == stPlanned {
-			c.cut(e, now)
-		}
-		if err := e.eng.Grow(uint64(id), tokens, close); err != nil {
-			return fmt.Errorf("call %d on worker %d: %w", id, w, err)
-		}
-		if e.state == stIdle && !e.kickDue && !e.eng.Idle() {
-			e.kickDue = true
-			c.q.Schedule(now, item{kind: itemKick, eng: e})
-		}
-		return nil
+	ci := c.info(uint64(id))
+	if ci == nil || ci.eng.w != c.workers[w] {
+		return fmt.Errorf("cluster: call %d is not in flight on worker %d", id, w)
 	}
-	return fmt.Errorf("cluster: call %d is not in flight on worker %d", id, w)
+	e := ci.eng
+	now := c.Now()
+	if e.state == stPlanned {
+		c.cut(e, now)
+	}
+	if err := e.eng.Grow(uint64(id), tokens, close); err != nil {
+		return fmt.Errorf("call %d on worker %d: %w", id, w, err)
+	}
+	if e.state == stIdle && !e.kickDue && !e.eng.Idle() {
+		e.kickDue = true
+		c.q.Schedule(now, item{kind: itemKick, eng: e})
+	}
+	return nil
 }
 
 func (c *Cluster) submit(w backend.WorkerID, call *traces.Call, open bool) error {
 	e, ok := c.workers[w].engines[call.Model]
 	if !ok {
 		return fmt.Errorf("cluster: worker %d does not hold %s", w, call.Model)
+	}
+	if ci := c.info(uint64(call.ID)); ci != nil {
+		return fmt.Errorf("cluster: call %d is already in flight on worker %d", call.ID, ci.eng.w.id)
 	}
 	now := c.Now()
 	if e.state == stPlanned {
@@ -279,9 +326,9 @@ func (c *Cluster) submit(w backend.WorkerID, call *traces.Call, open bool) error
 		return fmt.Errorf("call %d (query %d, %s): %w", call.ID, call.Query, call.Model, err)
 	}
 	ci := c.newCallInfo()
-	*ci = callInfo{call: call, timing: backend.CallTiming{Submitted: now},
+	*ci = callInfo{call: call, eng: e, timing: backend.CallTiming{Submitted: now},
 		r: backend.CallRef{ID: call.ID, Query: call.Query, Role: call.Role, Layer: call.Layer, Model: call.Model, InputTokens: call.InputTokens}}
-	e.calls[req.ID] = ci
+	c.setInfo(req.ID, ci)
 	if e.state == stIdle && !e.kickDue {
 		// Start the engine after every call submitted at this instant has joined, as a real
 		// engine would batch them into one iteration. (Otherwise the request joins when the
@@ -300,12 +347,8 @@ func (c *Cluster) Cancel(w backend.WorkerID, id int) error {
 	if w < 0 || int(w) >= len(c.workers) {
 		return fmt.Errorf("cluster: no worker %d", w)
 	}
-	wk := c.workers[w]
-	for _, m := range wk.order {
-		e := wk.engines[m]
-		if e.calls[uint64(id)] == nil {
-			continue
-		}
+	if ci := c.info(uint64(id)); ci != nil && ci.eng.w == c.workers[w] {
+		e := ci.eng
 		now := c.Now()
 		if e.state == stPlanned {
 			c.cut(e, now)
@@ -331,11 +374,11 @@ func (c *Cluster) Cancel(w backend.WorkerID, id int) error {
 
 // abort stops call id in e's engine at now and reports it cancelled.
 func (c *Cluster) abort(e *engine, id uint64, now time.Duration) {
-	ci := e.calls[id]
+	ci := c.on(e, id)
 	if ci == nil {
 		return // it finished in the iteration that just ended
 	}
-	delete(e.calls, id)
+	c.setInfo(id, nil)
 	produced, _ := e.eng.Abort(id)
 	ci.timing.End = now
 	c.out = append(c.out, backend.Event{Kind: backend.EventCancelled, At: now, Worker: backend.WorkerID(e.w.id), Model: e.model,
@@ -381,7 +424,7 @@ func (c *Cluster) process(now time.Duration, it item) {
 			return
 		}
 		eng.OmitProduced() // first tokens and finishes are all the cluster reads
-		wk.engines[it.model] = &engine{model: it.model, w: wk, eng: eng, calls: map[uint64]*callInfo{}}
+		wk.engines[it.model] = &engine{model: it.model, w: wk, eng: eng}
 		wk.order = append(wk.order, it.model)
 		c.out = append(c.out, backend.Event{Kind: backend.EventLoaded, At: now, Worker: backend.WorkerID(it.worker), Model: it.model})
 	case itemUnloaded:
@@ -413,23 +456,23 @@ func (c *Cluster) process(now time.Duration, it item) {
 // deliver turns a committed iteration's outputs into call timings and Done events at now.
 func (c *Cluster) deliver(e *engine, now time.Duration) {
 	for _, id := range e.outs.admitted {
-		if ci := e.calls[id]; ci != nil && !ci.started {
+		if ci := c.on(e, id); ci != nil && !ci.started {
 			ci.timing.Started, ci.started = e.start, true
 		}
 	}
 	for _, id := range e.outs.preempted {
-		if ci := e.calls[id]; ci != nil {
+		if ci := c.on(e, id); ci != nil {
 			ci.timing.Preemptions++
 		}
 	}
 	for _, id := range e.outs.firstToken {
-		if ci := e.calls[id]; ci != nil {
+		if ci := c.on(e, id); ci != nil {
 			ci.timing.FirstToken = now
 		}
 	}
 	for _, id := range e.outs.finished {
-		ci := e.calls[id]
-		delete(e.calls, id)
+		ci := c.on(e, id)
+		c.setInfo(id, nil)
 		ci.timing.End = now
 		c.out = append(c.out, backend.Event{Kind: backend.EventDone, At: now, Worker: backend.WorkerID(e.w.id), Model: e.model, Call: ci.ref(), Timing: ci.timing})
 		c.retired = append(c.retired, ci)

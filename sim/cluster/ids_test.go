@@ -1,0 +1,65 @@
+package cluster_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/sim/cluster"
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// The cluster finds a call in flight by its ID, whether the ID is small (a workload's) or
+// not, and a call runs in one place at a time.
+func TestCallIDs(t *testing.T) {
+	_, setups := setup(t, 1)
+	cl, err := cluster.New(cluster.Config{Workers: 2, Models: setups, UnloadTime: time.Second})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, cl.Load(0, "M0"))
+	require.NoError(t, cl.Load(1, "M0"))
+	for range 2 {
+		ev, err := cl.Next(ctx)
+		require.NoError(t, err)
+		require.Equal(t, policies.EventLoaded, ev.Kind)
+	}
+	const huge = 1 << 40
+	small := &traces.Call{ID: 5, Model: "M0", InputTokens: 64, OutputTokens: 32}
+	big := &traces.Call{ID: huge, Model: "M0", InputTokens: 64, OutputTokens: 4000}
+	require.NoError(t, cl.Submit(0, small))
+	require.NoError(t, cl.Submit(0, big))
+	assert.EqualError(t, cl.Submit(1, small), "cluster: call 5 is already in flight on worker 0")
+	assert.EqualError(t, cl.Submit(1, big), "cluster: call 1099511627776 is already in flight on worker 0")
+	assert.EqualError(t, cl.Cancel(1, 5), "cluster: call 5 is not in flight on worker 1")
+	assert.EqualError(t, cl.Grow(1, huge, 1, true), "cluster: call 1099511627776 is not in flight on worker 1")
+
+	ev, err := cl.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, policies.EventDone, ev.Kind)
+	require.Equal(t, 5, ev.Call.ID)
+	require.NoError(t, cl.Cancel(0, huge))
+	ev, err = cl.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, policies.EventCancelled, ev.Kind)
+	require.Equal(t, huge, ev.Call.ID)
+	assert.Positive(t, ev.Produced)
+
+	// Both left worker 0: they may run again elsewhere.
+	require.NoError(t, cl.Submit(1, small))
+	require.NoError(t, cl.Submit(1, big))
+	assert.EqualError(t, cl.Cancel(0, 5), "cluster: call 5 is not in flight on worker 0")
+	done := map[int]policies.WorkerID{}
+	for len(done) < 2 {
+		ev, err := cl.Next(ctx)
+		require.NoError(t, err)
+		require.Equal(t, policies.EventDone, ev.Kind)
+		done[ev.Call.ID] = ev.Worker
+	}
+	assert.Equal(t, map[int]policies.WorkerID{5: 1, huge: 1}, done)
+	_, err = cl.Next(ctx)
+	assert.ErrorIs(t, err, policies.ErrIdle)
+}
