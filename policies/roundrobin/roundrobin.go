@@ -30,9 +30,10 @@ type job struct {
 
 // Policy implements policies.Policy.
 type Policy struct {
-	jobs  [][]job // per worker, in serving order
-	next  []int   // per worker, index of the job being served or loaded
-	queue map[job][]int
+	jobs [][]job // per worker, in serving order
+	next []int   // per worker, index of the job being served or loaded
+	// queues are the call IDs queued for each job, found by a scan (see queue).
+	queues []jobQueue
 	// lastLayer is the graph's last layer: a worker keeps the model it serves there.
 	lastLayer int
 }
@@ -50,7 +51,7 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 	W := v.Workers()
 	p.jobs = make([][]job, W)
 	p.next = make([]int, W)
-	p.queue = map[job][]int{}
+	p.queues = nil
 	p.lastLayer = v.Layers() - 1
 	home := map[string]int{}
 	n, homed := 0, 0
@@ -126,11 +127,12 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 			break // stopped on its worker: as a finished call, below
 		}
 		j := job{e.Call.Layer, e.Call.Model}
-		p.queue[j] = slices.DeleteFunc(p.queue[j], func(id int) bool { return id == e.Call.ID })
+		q := p.queue(j)
+		*q = slices.DeleteFunc(*q, func(id int) bool { return id == e.Call.ID })
 		var acts []policies.Action
 		for w := range p.jobs {
 			wid := policies.WorkerID(w)
-			if cur, ok := p.current(wid); ok && cur == j && v.Remaining(j.layer, j.model) == 0 && len(p.queue[j]) == 0 && v.InFlight(wid, j.model) == 0 {
+			if cur, ok := p.current(wid); ok && cur == j && v.Remaining(j.layer, j.model) == 0 && len(*p.queue(j)) == 0 && v.InFlight(wid, j.model) == 0 {
 				acts = append(acts, p.advance(wid, v)...)
 			}
 		}
@@ -196,7 +198,27 @@ func (p *Policy) loadCurrent(w policies.WorkerID, v policies.View) (policies.Act
 
 func (p *Policy) add(c policies.CallRef) {
 	j := job{c.Layer, c.Model}
-	p.queue[j] = append(p.queue[j], c.ID)
+	q := p.queue(j)
+	*q = append(*q, c.ID)
+}
+
+// jobQueue is the call IDs queued for one job.
+type jobQueue struct {
+	job
+	ids []int
+}
+
+// queue returns job j's queue, valid until the next call. A run has a few jobs (layers x
+// models), and a scan that compares model names (shared strings) is cheaper than hashing the
+// name for every call.
+func (p *Policy) queue(j job) *[]int {
+	for i := range p.queues {
+		if q := &p.queues[i]; q.layer == j.layer && q.model == j.model {
+			return &q.ids
+		}
+	}
+	p.queues = append(p.queues, jobQueue{job: j})
+	return &p.queues[len(p.queues)-1].ids
 }
 
 // dispatch submits queued calls to the workers that serve their layer and model now, once the
@@ -211,15 +233,16 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 			if !ok || !open(v, j.layer) {
 				break
 			}
-			if j.layer > 0 && v.Remaining(j.layer, j.model) == 0 && len(p.queue[j]) == 0 && v.InFlight(wid, j.model) == 0 {
+			q := p.queue(j)
+			if j.layer > 0 && v.Remaining(j.layer, j.model) == 0 && len(*q) == 0 && v.InFlight(wid, j.model) == 0 {
 				acts = append(acts, p.advance(wid, v)...)
 				continue
 			}
 			if v.Holding(wid, j.model) {
-				for _, id := range p.queue[j] {
+				for _, id := range *q {
 					acts = append(acts, policies.Submit(wid, id))
 				}
-				p.queue[j] = p.queue[j][:0]
+				*q = (*q)[:0]
 			} else if j.layer > 0 {
 				if a, ok := p.loadCurrent(wid, v); ok {
 					acts = append(acts, a)
