@@ -147,11 +147,15 @@ type worker struct {
 	inflight    int // calls in flight (their expected tokens are in Policy.flight)
 }
 
-// queue is one model's ready calls, a heap ordered deepest layer first, then oldest query,
-// then release order. The heap holds small keys; the calls themselves wait in refs, whose
-// free slots are reused, so that the heap moves a few words per swap.
+// queue is one model's ready calls, ordered deepest layer first, then oldest query, then
+// release order. The calls wait in refs, whose free slots are reused; the order is kept on
+// small keys: a run of keys pushed in order (a model's first-layer calls as queries arrive)
+// waits in the FIFO run, the rest in a heap, and pop takes the smaller head of the two, so
+// that a long backlog of arrivals costs no heap operations.
 type queue struct {
-	calls []queued
+	calls []queued // heap
+	run   []queued // run[head:] is sorted
+	head  int
 	refs  []policies.CallRef
 	free  []int32
 	seq   int
@@ -180,6 +184,9 @@ func queuedLess(a, b *queued) bool {
 	return a.seq < b.seq
 }
 
+// len is how many calls are queued.
+func (q *queue) len() int { return len(q.calls) + len(q.run) - q.head }
+
 // push queues call c of a query that arrived at arrival.
 func (q *queue) push(c policies.CallRef, arrival time.Duration) {
 	var slot int32
@@ -191,13 +198,29 @@ func (q *queue) push(c policies.CallRef, arrival time.Duration) {
 		q.refs = append(q.refs, c)
 	}
 	q.seq++
-	q.calls = heapx.Push(q.calls, queued{arrival: arrival, seq: q.seq, layer: int32(c.Layer), slot: slot}, queuedLess)
+	e := queued{arrival: arrival, seq: q.seq, layer: int32(c.Layer), slot: slot}
+	if n := len(q.run); n == q.head || !queuedLess(&e, &q.run[n-1]) {
+		q.run = append(q.run, e) // after the run's last (seq breaks every tie)
+		return
+	}
+	q.calls = heapx.Push(q.calls, e, queuedLess)
 }
 
 // pop removes and returns the first call of the non-empty queue.
 func (q *queue) pop() policies.CallRef {
 	var e queued
-	q.calls, e = heapx.Pop(q.calls, queuedLess)
+	if q.head < len(q.run) && (len(q.calls) == 0 || queuedLess(&q.run[q.head], &q.calls[0])) {
+		e = q.run[q.head]
+		q.head++
+		if q.head == len(q.run) {
+			q.run, q.head = q.run[:0], 0
+		} else if q.head >= 1024 && 2*q.head >= len(q.run) {
+			q.run = q.run[:copy(q.run, q.run[q.head:])]
+			q.head = 0
+		}
+	} else {
+		q.calls, e = heapx.Pop(q.calls, queuedLess)
+	}
 	c := q.refs[e.slot]
 	q.refs[e.slot] = policies.CallRef{} // let go of its strings
 	q.free = append(q.free, e.slot)
@@ -472,7 +495,7 @@ func (p *Policy) push(c policies.CallRef) {
 	m := p.byName[c.Model]
 	m.released++
 	q := &m.queue
-	if len(q.calls) == 0 {
+	if q.len() == 0 {
 		q.since = c.Ready
 	}
 	q.push(c, arrival)
@@ -530,10 +553,10 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 	var acts []policies.Action
 	for _, m := range p.models {
 		q := &m.queue
-		if len(q.calls) == 0 {
+		if q.len() == 0 {
 			continue
 		}
-		for len(q.calls) > 0 {
+		for q.len() > 0 {
 			var best *worker
 			for _, wk := range p.workers {
 				if wk.am == m && !wk.loading && wk.want == "" && wk.inflight < m.limitOn[wk.id] && slices.Contains(wk.held, m.name) &&
@@ -563,7 +586,7 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 
 // idle reports whether a worker has nothing in flight and nothing to serve of its model.
 func (p *Policy) idle(wk *worker) bool {
-	return wk.inflight == 0 && !wk.loading && wk.want == "" && wk.unloading == "" && (wk.am == nil || len(wk.am.calls) == 0)
+	return wk.inflight == 0 && !wk.loading && wk.want == "" && wk.unloading == "" && (wk.am == nil || wk.am.len() == 0)
 }
 
 // switchTo moves an idle worker to model m: it unloads the model it holds, then loads m.
@@ -613,7 +636,7 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 		var target *model
 		// Its own assigned models first, the one whose calls waited longest.
 		for _, m := range p.plan[wk.id] {
-			if m != wk.am && len(m.calls) > 0 && (target == nil || m.since < target.since) {
+			if m != wk.am && m.len() > 0 && (target == nil || m.since < target.since) {
 				target = m
 			}
 		}
@@ -627,7 +650,7 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 			var deepest *model
 			depth := 0.0
 			for _, m := range p.models {
-				n := len(m.calls)
+				n := m.len()
 				if n == 0 || m == wk.am || !m.runs[wk.id] {
 					continue
 				}
@@ -653,7 +676,7 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 	now := v.Now()
 	var waiting []*model
 	for _, m := range p.models {
-		if len(m.calls) > 0 && m.replicas == 0 && now-m.since >= m.patient {
+		if m.len() > 0 && m.replicas == 0 && now-m.since >= m.patient {
 			waiting = append(waiting, m)
 		}
 	}

@@ -2,6 +2,7 @@ package online
 
 import (
 	"cmp"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -33,7 +34,7 @@ func TestQueueOrder(t *testing.T) {
 	}
 	var got []int
 	pop := func(n int) {
-		for ; n > 0 && len(q.calls) > 0; n-- {
+		for ; n > 0 && q.len() > 0; n-- {
 			c := q.pop()
 			assert.Equal(t, "M", c.Model)
 			got = append(got, c.ID)
@@ -47,6 +48,56 @@ func TestQueueOrder(t *testing.T) {
 	// (the older query), then 1, 3.
 	assert.Equal(t, []int{12, 2, 4, 5, 11, 13, 14, 1, 3}, got)
 	assert.Len(t, q.refs, 7, "slots are reused")
+}
+
+// TestQueueRandomOrder pushes and pops random calls, mostly in order (arrivals) with others
+// out of order (later layers, older queries), and checks every pop against a sorted
+// reference: the run of in-order keys and the heap together give the queue's order.
+func TestQueueRandomOrder(t *testing.T) {
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 7))
+		var q queue
+		var ref []queued // what the queue holds, by the key the queue gives it
+		now := time.Duration(0)
+		runs, heaped := 0, 0
+		for i := range 8000 {
+			// A backlog builds up, then drains (the run is compacted as it is popped).
+			push := r.IntN(3) > 0
+			if i >= 4000 {
+				push = r.IntN(4) == 0
+			}
+			if push || len(ref) == 0 {
+				layer, arrival := 0, now
+				if r.IntN(4) == 0 {
+					layer = 1 + r.IntN(2) // a later layer's call of an older query
+					arrival = now - time.Duration(r.IntN(100))*time.Second
+				} else {
+					now += time.Duration(r.IntN(3)) * time.Second // ties too
+				}
+				before := len(q.calls)
+				q.push(policies.CallRef{ID: q.seq + 1, Layer: layer, Model: "M"}, arrival)
+				if len(q.calls) > before {
+					heaped++
+				} else {
+					runs++
+				}
+				ref = append(ref, queued{arrival: arrival, seq: q.seq, layer: int32(layer)})
+				continue
+			}
+			i := 0
+			for j := range ref {
+				if queuedLess(&ref[j], &ref[i]) {
+					i = j
+				}
+			}
+			c := q.pop()
+			require.Equal(t, ref[i].seq, c.ID, "seed %d", seed)
+			ref = append(ref[:i], ref[i+1:]...)
+			require.Equal(t, len(ref), q.len())
+		}
+		require.Positive(t, runs, "seed %d: pushes joined the run", seed)
+		require.Positive(t, heaped, "seed %d: pushes went to the heap", seed)
+	}
 }
 
 // TestOnlineLargeRun runs the online policy over 2,000 generated MoA queries on four workers
@@ -127,7 +178,7 @@ func TestOnlineLeastOutstanding(t *testing.T) {
 	// still loading).
 	want := []policies.Action{policies.Submit(1, 0), policies.Submit(1, 1), policies.Submit(0, 2)}
 	assert.Equal(t, want, acts)
-	assert.Len(t, m.calls, 1, "call 3 waits")
+	assert.Equal(t, 1, m.len(), "call 3 waits")
 	assert.InDelta(t, 350, p.workers[0].outstanding, 1e-9)
 	assert.InDelta(t, 200, p.workers[1].outstanding, 1e-9)
 }
