@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -86,6 +87,8 @@ type Driver struct {
 	// decided counts gated calls decided, lowered those a load-aware rule skipped because of
 	// load.
 	decided, lowered int
+	// answers is inputAnswers' scratch.
+	answers []string
 }
 
 // Grower is the backend package's Grower: a Backend that can prefill a call while its inputs
@@ -152,7 +155,9 @@ type callState struct {
 	// submitted call's, reported by the backend).
 	produced int32
 	// sent is the prompt tokens given to its worker so far when it was submitted open.
-	sent   int32
+	sent int32
+	// model is the call's model's index in Driver.models (len(models) for a tool step).
+	model  int16
 	status callStatus
 	final  bool
 	// ran says a cancelled call had been submitted (its record goes to the results).
@@ -176,7 +181,7 @@ type workerState struct {
 	holds     []string
 	loading   map[string]time.Duration // model -> load start
 	unloading map[string]time.Duration
-	inflight  map[string]int
+	inflight  []int // calls in flight by model index
 }
 
 // NewDriver checks the workload against the models and returns a driver. models are the
@@ -187,6 +192,9 @@ func NewDriver(b Backend, p Policy, r Rule, wl *traces.Workload, models []ModelI
 	}
 	if len(wl.Queries) == 0 {
 		return nil, errors.New("policies: the workload has no queries")
+	}
+	if len(models) >= math.MaxInt16 {
+		return nil, fmt.Errorf("policies: %d models (at most %d)", len(models), math.MaxInt16-1)
 	}
 	d := &Driver{backend: b, policy: p, rule: r, workload: wl, models: models, workers: workers,
 		byName: map[string]int{}, waking: map[time.Duration]bool{}}
@@ -220,7 +228,7 @@ func NewDriver(b Backend, p Policy, r Rule, wl *traces.Workload, models []ModelI
 					return nil, fmt.Errorf("call %d (query %d, %s) uses model %q, which the experiment does not list", c.ID, qi, c.Label(), c.Model)
 				}
 			}
-			d.calls[id] = callState{call: c, waiting: int32(len(c.Inputs)), worker: -1}
+			d.calls[id] = callState{call: c, waiting: int32(len(c.Inputs)), worker: -1, model: int16(mi)}
 			for _, in := range c.Inputs {
 				d.childAt[d.first[qi]+in.From+1]++
 			}
@@ -253,7 +261,7 @@ func NewDriver(b Backend, p Policy, r Rule, wl *traces.Workload, models []ModelI
 	}
 	d.ws = make([]workerState, workers)
 	for i := range d.ws {
-		d.ws[i] = workerState{loading: map[string]time.Duration{}, unloading: map[string]time.Duration{}, inflight: map[string]int{}}
+		d.ws[i] = workerState{loading: map[string]time.Duration{}, unloading: map[string]time.Duration{}, inflight: make([]int, len(models))}
 	}
 	d.pending = len(wl.Queries)
 	d.total = n
@@ -261,7 +269,9 @@ func NewDriver(b Backend, p Policy, r Rule, wl *traces.Workload, models []ModelI
 	for i := range d.arrivals {
 		d.arrivals[i] = i
 	}
-	sort.SliceStable(d.arrivals, func(a, b int) bool { return wl.Queries[d.arrivals[a]].Arrival < wl.Queries[d.arrivals[b]].Arrival })
+	if !slices.IsSortedFunc(wl.Queries, func(a, b traces.Query) int { return cmp.Compare(a.Arrival, b.Arrival) }) {
+		sort.SliceStable(d.arrivals, func(a, b int) bool { return wl.Queries[d.arrivals[a]].Arrival < wl.Queries[d.arrivals[b]].Arrival })
+	}
 	return d, nil
 }
 
@@ -511,7 +521,7 @@ func (d *Driver) start(id int, now time.Duration, out []CallRef) []CallRef {
 		}
 		return out
 	}
-	if cs.call.IsTool() {
+	if d.tool(cs) {
 		cs.status = callTool
 		cs.ready = now
 		cs.timing = CallTiming{Submitted: now, Started: now, FirstToken: now}
@@ -556,8 +566,10 @@ func (d *Driver) backlog(model string) int {
 			n++
 		}
 	}
-	for i := range d.ws {
-		n += d.ws[i].inflight[model]
+	if mi, ok := d.byName[model]; ok {
+		for i := range d.ws {
+			n += d.ws[i].inflight[mi]
+		}
 	}
 	return n
 }
@@ -597,19 +609,21 @@ func (d *Driver) grow(id int, close bool) {
 
 // inputAnswers returns the answers call id's LLM inputs gave, in input order: a tool step
 // does not vote, nor does an input that was cancelled or has not finished (an early exit went
-// on without it); a failed input votes for nothing.
+// on without it); a failed input votes for nothing. The slice is the Driver's scratch, valid
+// until the next call (a Rule must not keep its answers).
 func (d *Driver) inputAnswers(id int) []string {
 	c := d.calls[id].call
 	base := d.first[c.Query]
-	out := make([]string, 0, len(c.Inputs))
+	out := d.answers[:0]
 	for _, in := range c.Inputs {
 		p := &d.calls[base+in.From]
 		switch {
-		case p.call.IsTool():
+		case d.tool(p):
 		case p.status == callDone || p.status == callSkipped || p.status == callFailed:
 			out = append(out, p.answer)
 		}
 	}
+	d.answers = out[:0]
 	return out
 }
 
@@ -718,7 +732,7 @@ func (d *Driver) exitEarly(id int) bool {
 	conf := 0.0
 	for _, in := range c.Inputs {
 		p := &d.calls[base+in.From]
-		if p.call.IsTool() || (p.status != callDone && p.status != callSkipped) {
+		if d.tool(p) || (p.status != callDone && p.status != callSkipped) {
 			continue
 		}
 		answers = append(answers, p.answer)
@@ -753,10 +767,10 @@ func (d *Driver) cancel(id int, now time.Duration, released []CallRef, events *[
 		return released
 	}
 	cs.cancelledAt = now
-	d.counts(cs.call).expected--
-	d.counts(cs.call).remaining--
+	d.counts(cs).expected--
+	d.counts(cs).remaining--
 	d.total--
-	if cs.status == callCancelled && !cs.call.IsTool() {
+	if cs.status == callCancelled && !d.tool(cs) {
 		*events = append(*events, Event{Kind: EventCancelled, At: now, Worker: -1, Model: cs.call.Model, Call: d.refPtr(id)})
 	}
 	return d.settle(id, now, released, events)
@@ -770,13 +784,13 @@ func (d *Driver) skip(id int, dec Decision, now time.Duration, events *[]Event) 
 	cs.ready = now
 	c := cs.call
 	for _, in := range c.Inputs {
-		if p := &d.calls[d.first[c.Query]+in.From]; dec.Majority != "" && !p.call.IsTool() && p.answer == dec.Majority {
+		if p := &d.calls[d.first[c.Query]+in.From]; dec.Majority != "" && !d.tool(p) && p.answer == dec.Majority {
 			cs.pass = int32(in.Tokens)
 			break
 		}
 	}
-	d.counts(c).expected--
-	d.counts(c).remaining--
+	d.counts(cs).expected--
+	d.counts(cs).remaining--
 	d.total--
 	d.queries[c.Query].skipped++
 	*events = append(*events, Event{Kind: EventSkipped, At: now, Query: c.Query, Call: d.refPtr(id)})
@@ -806,12 +820,12 @@ func (d *Driver) adjustInputs(id int) {
 	}
 }
 
-func (d *Driver) counts(c *traces.Call) *counts {
-	mi := len(d.models)
-	if !c.IsTool() {
-		mi = d.byName[c.Model]
-	}
-	return &d.expect[c.Layer][mi]
+// tool reports whether the call is a tool step (from the Driver's state: the workload's call
+// is a pointer away, and parents are read for every call that reads them).
+func (d *Driver) tool(cs *callState) bool { return int(cs.model) == len(d.models) }
+
+func (d *Driver) counts(cs *callState) *counts {
+	return &d.expect[cs.call.Layer][cs.model]
 }
 
 // completeQuery records a query's final answer: its final call's, or its final calls' top
@@ -912,7 +926,7 @@ func (d *Driver) timersDue(now time.Duration) ([]Event, error) {
 			cs.status = callDone
 			cs.answer = cs.call.Answer
 			cs.timing.End = t.at
-			d.counts(cs.call).remaining--
+			d.counts(cs).remaining--
 			d.done++
 			d.record(t.id)
 			released = d.settle(t.id, t.at, released, &skipped)
@@ -975,8 +989,8 @@ func (d *Driver) finish(ev *Event) ([]Event, error) {
 	}
 	ev.Call = d.refPtr(id)
 	d.loadsIdle = 0
-	d.ws[cs.worker].inflight[cs.call.Model]--
-	d.counts(cs.call).remaining--
+	d.ws[cs.worker].inflight[cs.model]--
+	d.counts(cs).remaining--
 	d.done++
 	d.record(id)
 	var skipped []Event
@@ -1004,7 +1018,7 @@ func (d *Driver) stopped(ev *Event) error {
 	ev.Call = d.refPtr(id)
 	ev.Worker = cs.worker
 	d.loadsIdle = 0
-	d.ws[cs.worker].inflight[cs.call.Model]--
+	d.ws[cs.worker].inflight[cs.model]--
 	d.record(id)
 	return nil
 }
@@ -1015,7 +1029,7 @@ func (d *Driver) dropped(id int) error {
 	cs.aborting = false
 	d.stopping--
 	d.loadsIdle = 0
-	d.ws[cs.worker].inflight[cs.call.Model]--
+	d.ws[cs.worker].inflight[cs.model]--
 	return nil
 }
 
@@ -1080,8 +1094,8 @@ func (d *Driver) do(a Action) error {
 		if !d.holds(a.Worker, a.Model) {
 			return errors.New("the worker does not hold it")
 		}
-		if ws.inflight[a.Model] > 0 {
-			return fmt.Errorf("%d of its calls are in flight there", ws.inflight[a.Model])
+		if n := ws.inflight[d.byName[a.Model]]; n > 0 {
+			return fmt.Errorf("%d of its calls are in flight there", n)
 		}
 		if err := d.backend.Unload(a.Worker, a.Model); err != nil {
 			return err
@@ -1116,7 +1130,7 @@ func (d *Driver) do(a Action) error {
 		}
 		cs.status = callSubmitted
 		cs.worker = a.Worker
-		ws.inflight[cs.call.Model]++
+		ws.inflight[cs.model]++
 	default:
 		return fmt.Errorf("unknown action kind %d", a.Kind)
 	}
@@ -1192,7 +1206,11 @@ func (d *Driver) Fits(w WorkerID, model string) bool {
 // InFlight implements View.
 func (d *Driver) InFlight(w WorkerID, model string) int {
 	if model != "" {
-		return d.ws[w].inflight[model]
+		mi, ok := d.byName[model]
+		if !ok {
+			return 0
+		}
+		return d.ws[w].inflight[mi]
 	}
 	n := 0
 	for _, v := range d.ws[w].inflight {
