@@ -97,6 +97,8 @@ type Policy struct {
 	// holds a worker only while its inputs are in flight, never while they wait for a worker.
 	held   map[int][]policies.CallRef
 	unsent []int32 // by query ID
+	// waiting is scratch of swaps.
+	waiting []*model
 }
 
 // at returns s with index i, growing it with fill where it is too short (query and call IDs
@@ -156,11 +158,17 @@ type queue struct {
 	calls []queued // heap
 	run   []queued // run[head:] is sorted
 	head  int
-	refs  []policies.CallRef
+	refs  []waiting
 	free  []int32
 	seq   int
 	// since is when the queue last became non-empty.
 	since time.Duration
+}
+
+// waiting is what the policy keeps of a queued call (a CallRef is ten words).
+type waiting struct {
+	id, query int
+	open      bool
 }
 
 // queued is a queued call's place in its queue: its layer, its query's arrival, its release
@@ -192,10 +200,10 @@ func (q *queue) push(c policies.CallRef, arrival time.Duration) {
 	var slot int32
 	if n := len(q.free); n > 0 {
 		slot, q.free = q.free[n-1], q.free[:n-1]
-		q.refs[slot] = c
+		q.refs[slot] = waiting{c.ID, c.Query, c.Open}
 	} else {
 		slot = int32(len(q.refs))
-		q.refs = append(q.refs, c)
+		q.refs = append(q.refs, waiting{c.ID, c.Query, c.Open})
 	}
 	q.seq++
 	e := queued{arrival: arrival, seq: q.seq, layer: int32(c.Layer), slot: slot}
@@ -207,7 +215,7 @@ func (q *queue) push(c policies.CallRef, arrival time.Duration) {
 }
 
 // pop removes and returns the first call of the non-empty queue.
-func (q *queue) pop() policies.CallRef {
+func (q *queue) pop() waiting {
 	var e queued
 	if q.head < len(q.run) && (len(q.calls) == 0 || queuedLess(&q.run[q.head], &q.calls[0])) {
 		e = q.run[q.head]
@@ -221,10 +229,8 @@ func (q *queue) pop() policies.CallRef {
 	} else {
 		q.calls, e = heapx.Pop(q.calls, queuedLess)
 	}
-	c := q.refs[e.slot]
-	q.refs[e.slot] = policies.CallRef{} // let go of its strings
 	q.free = append(q.free, e.slot)
-	return c
+	return q.refs[e.slot]
 }
 
 var _ policies.Policy = (*Policy)(nil)
@@ -471,13 +477,13 @@ func (p *Policy) unhold(q int) {
 }
 
 // sent records that call c left its queue (submitted or dropped).
-func (p *Policy) sent(c policies.CallRef) {
-	if c.Open {
+func (p *Policy) sent(c waiting) {
+	if c.open {
 		return
 	}
-	if p.unsent[c.Query]--; p.unsent[c.Query] <= 0 {
-		p.unsent[c.Query] = 0
-		p.unhold(c.Query)
+	if p.unsent[c.query]--; p.unsent[c.query] <= 0 {
+		p.unsent[c.query] = 0
+		p.unhold(c.query)
 	}
 }
 
@@ -569,16 +575,16 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 			}
 			c := q.pop()
 			p.sent(c)
-			if len(p.dropped) > 0 && p.dropped[c.ID] {
-				delete(p.dropped, c.ID)
+			if len(p.dropped) > 0 && p.dropped[c.id] {
+				delete(p.dropped, c.id)
 				continue
 			}
 			tokens := m.meanOut
-			p.flight = at(p.flight, c.ID, -1)
-			p.flight[c.ID] = tokens
+			p.flight = at(p.flight, c.id, -1)
+			p.flight[c.id] = tokens
 			best.inflight++
 			best.outstanding += tokens
-			acts = append(acts, policies.Submit(best.id, c.ID))
+			acts = append(acts, policies.Submit(best.id, c.id))
 		}
 	}
 	return acts
@@ -674,15 +680,19 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 	// Calls that waited too long with no replica, the longest waiting first: a worker assigned
 	// the model takes them, or after twice the patience a worker of the most replicated model.
 	now := v.Now()
-	var waiting []*model
+	waiting := p.waiting[:0]
 	for _, m := range p.models {
 		if m.len() > 0 && m.replicas == 0 && now-m.since >= m.patient {
+			// Insert in order of since (stable: the models' order among equals).
+			i := len(waiting)
 			waiting = append(waiting, m)
+			for ; i > 0 && waiting[i-1].since > m.since; i-- {
+				waiting[i] = waiting[i-1]
+			}
+			waiting[i] = m
 		}
 	}
-	if len(waiting) > 1 {
-		slices.SortStableFunc(waiting, func(a, b *model) int { return cmp.Compare(a.since, b.since) })
-	}
+	p.waiting = waiting
 	for _, m := range waiting {
 		if m.replicas > 0 {
 			continue

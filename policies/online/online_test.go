@@ -35,9 +35,7 @@ func TestQueueOrder(t *testing.T) {
 	var got []int
 	pop := func(n int) {
 		for ; n > 0 && q.len() > 0; n-- {
-			c := q.pop()
-			assert.Equal(t, "M", c.Model)
-			got = append(got, c.ID)
+			got = append(got, q.pop().id)
 		}
 	}
 	push(in{1, 0}, in{11, 0}, in{2, 1}, in{3, 0}, in{12, 1}, in{13, 0}, in{4, 1})
@@ -91,7 +89,7 @@ func TestQueueRandomOrder(t *testing.T) {
 				}
 			}
 			c := q.pop()
-			require.Equal(t, ref[i].seq, c.ID, "seed %d", seed)
+			require.Equal(t, ref[i].seq, c.id, "seed %d", seed)
 			ref = append(ref[:i], ref[i+1:]...)
 			require.Equal(t, len(ref), q.len())
 		}
