@@ -1,6 +1,7 @@
 package traces
 
 import (
+	"bufio"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"unicode"
+	"unicode/utf8"
 )
 
 // The execution trace: one schema for simulated and replayed runs. A results folder holds
@@ -104,14 +107,31 @@ var QueryHeader = []string{"policy", "query", "dataset", "category", "arrival_s"
 	"latency_s", "ttft_s", "queue_s", "calls", "skipped_calls", "final_skipped", "answer", "gold", "correct", "slo_met"}
 
 // Record returns the row's fields in QueryHeader order.
-func (r QueryRow) Record() []string {
-	skipped := "0"
+func (r QueryRow) Record() []string { return record(r, len(QueryHeader)) }
+
+// fields gives the row's fields in QueryHeader order.
+func (r QueryRow) fields(f fieldSink) {
+	skipped := 0
 	if r.FinalSkipped {
-		skipped = "1"
+		skipped = 1
 	}
-	return []string{r.Policy, itoa(r.Query), r.Dataset, r.Category, secs(r.ArrivalS), secs(r.FirstTokenS), secs(r.EndS),
-		secs(r.LatencyS), secs(r.TTFTS), secs(r.QueueS), itoa(r.Calls), itoa(r.SkippedCalls), skipped, r.Answer, r.Gold,
-		itoa(r.Correct), itoa(r.SLOMet)}
+	f.str(r.Policy)
+	f.num(r.Query)
+	f.str(r.Dataset)
+	f.str(r.Category)
+	f.secs(r.ArrivalS)
+	f.secs(r.FirstTokenS)
+	f.secs(r.EndS)
+	f.secs(r.LatencyS)
+	f.secs(r.TTFTS)
+	f.secs(r.QueueS)
+	f.num(r.Calls)
+	f.num(r.SkippedCalls)
+	f.num(skipped)
+	f.str(r.Answer)
+	f.str(r.Gold)
+	f.num(r.Correct)
+	f.num(r.SLOMet)
 }
 
 // CallRow is one line of calls.csv.
@@ -140,10 +160,25 @@ var CallHeader = []string{"policy", "query", "call", "role", "layer", "model", "
 	"ready_s", "start_s", "first_token_s", "end_s", "preemptions", "status"}
 
 // Record returns the row's fields in CallHeader order.
-func (r CallRow) Record() []string {
-	return []string{r.Policy, itoa(r.Query), itoa(r.Call), r.Role, itoa(r.Layer), r.Model, itoa(r.Worker),
-		itoa(r.InputTokens), itoa(r.OutputTokens), secs(r.ReadyS), secs(r.StartS), secs(r.FirstTokenS),
-		secs(r.EndS), itoa(r.Preemptions), r.Status}
+func (r CallRow) Record() []string { return record(r, len(CallHeader)) }
+
+// fields gives the row's fields in CallHeader order.
+func (r CallRow) fields(f fieldSink) {
+	f.str(r.Policy)
+	f.num(r.Query)
+	f.num(r.Call)
+	f.str(r.Role)
+	f.num(r.Layer)
+	f.str(r.Model)
+	f.num(r.Worker)
+	f.num(r.InputTokens)
+	f.num(r.OutputTokens)
+	f.secs(r.ReadyS)
+	f.secs(r.StartS)
+	f.secs(r.FirstTokenS)
+	f.secs(r.EndS)
+	f.num(r.Preemptions)
+	f.str(r.Status)
 }
 
 // WorkerRow is one line of workers.csv: an interval of a worker's time.
@@ -161,8 +196,17 @@ type WorkerRow struct {
 var WorkerHeader = []string{"policy", "worker", "kind", "model", "start_s", "end_s", "mean_batch"}
 
 // Record returns the row's fields in WorkerHeader order.
-func (r WorkerRow) Record() []string {
-	return []string{r.Policy, itoa(r.Worker), r.Kind, r.Model, secs(r.StartS), secs(r.EndS), ratio(r.MeanBatch)}
+func (r WorkerRow) Record() []string { return record(r, len(WorkerHeader)) }
+
+// fields gives the row's fields in WorkerHeader order.
+func (r WorkerRow) fields(f fieldSink) {
+	f.str(r.Policy)
+	f.num(r.Worker)
+	f.str(r.Kind)
+	f.str(r.Model)
+	f.secs(r.StartS)
+	f.secs(r.EndS)
+	f.ratio(r.MeanBatch)
 }
 
 // Recorder is a row with a CSV record.
@@ -176,20 +220,149 @@ func WriteCSV[R Recorder](w io.Writer, header []string, rows []R) error {
 // WriteCSVSeq is WriteCSV for rows made one at a time (a large run's calls need not be held
 // as rows all at once).
 func WriteCSVSeq[R Recorder](w io.Writer, header []string, rows iter.Seq[R]) error {
-	cw := csv.NewWriter(w)
+	bw := bufio.NewWriterSize(w, 64<<10)
+	cw := csv.NewWriter(bw) // writes into bw itself
 	if err := cw.Write(header); err != nil {
 		return err
 	}
-	for r := range rows {
-		if err := cw.Write(r.Record()); err != nil {
-			return err
+	// Rows that give their fields go straight into the buffer: a large run writes millions
+	// of fields, and making each a string first was most of the time it took.
+	var err error
+	switch rs := any(rows).(type) {
+	case iter.Seq[CallRow]:
+		cw.Flush()
+		err = writeLines(bw, rs, CallRow.fields)
+	case iter.Seq[QueryRow]:
+		cw.Flush()
+		err = writeLines(bw, rs, QueryRow.fields)
+	case iter.Seq[WorkerRow]:
+		cw.Flush()
+		err = writeLines(bw, rs, WorkerRow.fields)
+	default:
+		for r := range rows {
+			if err := cw.Write(r.Record()); err != nil {
+				return err
+			}
 		}
+	}
+	if err != nil {
+		return fmt.Errorf("writing csv: %w", err)
 	}
 	cw.Flush()
 	if err := cw.Error(); err != nil {
 		return fmt.Errorf("writing csv: %w", err)
 	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("writing csv: %w", err)
+	}
 	return nil
+}
+
+// writeLines writes each row's fields as a CSV line.
+func writeLines[R any](w io.Writer, rows iter.Seq[R], fields func(R, fieldSink)) error {
+	line := &lineSink{}
+	for r := range rows {
+		line.b, line.n = line.b[:0], 0
+		fields(r, line)
+		line.b = append(line.b, '\n')
+		if _, err := w.Write(line.b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// A fielder gives its fields, in its header's order, to a fieldSink: Record collects them as
+// strings, and WriteCSVSeq appends them to a CSV line, as encoding/csv would write them (one
+// list of a row's fields for both).
+type fielder interface{ fields(fieldSink) }
+
+// fieldSink receives a row's fields: strings, integers, seconds (microseconds resolution) and
+// ratios (four decimals).
+type fieldSink interface {
+	str(string)
+	num(int)
+	secs(float64)
+	ratio(float64)
+}
+
+// record collects a fielder's n fields as strings.
+func record(r fielder, n int) []string {
+	rs := recordSink(make([]string, 0, n))
+	r.fields(&rs)
+	return rs
+}
+
+type recordSink []string
+
+func (s *recordSink) str(v string)    { *s = append(*s, v) }
+func (s *recordSink) num(v int)       { *s = append(*s, itoa(v)) }
+func (s *recordSink) secs(v float64)  { *s = append(*s, secs(v)) }
+func (s *recordSink) ratio(v float64) { *s = append(*s, ratio(v)) }
+
+// lineSink appends fields to one CSV line, comma-separated and quoted as encoding/csv's Writer
+// quotes them (with its defaults: Comma ',', UseCRLF false).
+type lineSink struct {
+	b []byte
+	n int // fields so far
+}
+
+func (s *lineSink) sep() {
+	if s.n > 0 {
+		s.b = append(s.b, ',')
+	}
+	s.n++
+}
+
+func (s *lineSink) str(v string) {
+	s.sep()
+	if !csvNeedsQuotes(v) {
+		s.b = append(s.b, v...)
+		return
+	}
+	s.b = append(s.b, '"')
+	for i := 0; i < len(v); i++ {
+		if v[i] == '"' {
+			s.b = append(s.b, '"')
+		}
+		s.b = append(s.b, v[i])
+	}
+	s.b = append(s.b, '"')
+}
+
+func (s *lineSink) num(v int) {
+	s.sep()
+	s.b = strconv.AppendInt(s.b, int64(v), 10)
+}
+
+func (s *lineSink) secs(v float64) {
+	s.sep()
+	s.b = strconv.AppendFloat(s.b, v, 'f', 6, 64)
+}
+
+func (s *lineSink) ratio(v float64) {
+	s.sep()
+	s.b = strconv.AppendFloat(s.b, v, 'f', 4, 64)
+}
+
+// csvNeedsQuotes is encoding/csv's rule (Writer.fieldNeedsQuotes with Comma ','): a field
+// with a comma, a quote, a carriage return or a newline, one that starts with a space
+// character, and the field \. are quoted.
+func csvNeedsQuotes(v string) bool {
+	if v == "" {
+		return false
+	}
+	if v == `\.` {
+		return true
+	}
+	for i := 0; i < len(v); i++ {
+		switch v[i] {
+		case ',', '"', '\r', '\n':
+			return true
+		}
+	}
+	r, _ := utf8.DecodeRuneInString(v)
+	return unicode.IsSpace(r)
 }
 
 func itoa(i int) string      { return strconv.Itoa(i) }
