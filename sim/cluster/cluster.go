@@ -99,14 +99,15 @@ type Cluster struct {
 	// point into it until they are consumed).
 	free, retired []*callInfo
 	// calls are the states of the calls in flight by call ID: a slice for the IDs a workload
-	// numbers densely from 0, a map for any larger (a hash lookup per iteration output was
-	// a twentieth of a large run).
+	// numbers densely from 0, a map for IDs far past those seen (a hash lookup per iteration
+	// output was a twentieth of a large run).
 	calls  []*callInfo
 	sparse map[uint64]*callInfo
 }
 
-// denseIDs bounds the call IDs kept in Cluster.calls (8 bytes each).
-const denseIDs = 1 << 24
+// denseGap is how far past the slice's end a call ID may be and still grow it (by at most
+// twice its length and this), so that the slice is never much longer than the IDs in use.
+const denseGap = 4096
 
 // info returns the state of call id in flight (nil: none).
 func (c *Cluster) info(id uint64) *callInfo {
@@ -118,24 +119,30 @@ func (c *Cluster) info(id uint64) *callInfo {
 
 // setInfo records the state of call id in flight; nil forgets it.
 func (c *Cluster) setInfo(id uint64, ci *callInfo) {
-	if id >= denseIDs {
-		if ci == nil {
-			delete(c.sparse, id)
-			return
-		}
+	if id < uint64(len(c.calls)) {
+		c.calls[id] = ci
+		return
+	}
+	if ci == nil {
+		delete(c.sparse, id)
+		return
+	}
+	if id >= 2*uint64(len(c.calls))+denseGap {
 		if c.sparse == nil {
 			c.sparse = map[uint64]*callInfo{}
 		}
 		c.sparse[id] = ci
 		return
 	}
-	if n := int(id) + 1; n > len(c.calls) {
-		if ci == nil {
-			return
-		}
-		c.calls = slices.Grow(c.calls, n-len(c.calls))[:n]
-	}
+	old := len(c.calls)
+	c.calls = slices.Grow(c.calls, int(id)+1-old)[:id+1]
 	c.calls[id] = ci
+	for sid, sci := range c.sparse { // IDs the slice now covers move into it
+		if sid < uint64(len(c.calls)) {
+			c.calls[sid] = sci
+			delete(c.sparse, sid)
+		}
+	}
 }
 
 // on returns the state of call id if it is in flight on engine e (nil otherwise).
@@ -187,6 +194,9 @@ type engine struct {
 	factor  float64 // processor-sharing slowdown of the current plan
 	outs    outputs // of a committed iteration
 	kickDue bool    // an itemKick is scheduled
+	// inflight counts its calls in flight (an open call waiting for its prompt included,
+	// which the engine does not count as work).
+	inflight int
 	// cancels are calls to abort at the end of the committed iteration, in request order.
 	cancels []uint64
 }
@@ -250,7 +260,7 @@ func (c *Cluster) Unload(w backend.WorkerID, model string) error {
 	if !ok {
 		return fmt.Errorf("cluster: worker %d does not hold %s", w, model)
 	}
-	if !e.eng.Idle() || e.state != stIdle {
+	if !e.eng.Idle() || e.state != stIdle || e.inflight > 0 {
 		return fmt.Errorf("cluster: %s on worker %d still has work", model, w)
 	}
 	delete(wk.engines, model)
@@ -269,7 +279,7 @@ func (c *Cluster) WakeAt(t time.Duration) {
 	c.q.Schedule(max(t, c.Now()), item{kind: itemTimer})
 }
 
-// Submit implements backend.Backend.
+// Submit implements backend.Backend. A call whose ID is in flight, on any worker, is refused.
 func (c *Cluster) Submit(w backend.WorkerID, call *traces.Call) error {
 	return c.submit(w, call, false)
 }
@@ -329,6 +339,7 @@ func (c *Cluster) submit(w backend.WorkerID, call *traces.Call, open bool) error
 	*ci = callInfo{call: call, eng: e, timing: backend.CallTiming{Submitted: now},
 		r: backend.CallRef{ID: call.ID, Query: call.Query, Role: call.Role, Layer: call.Layer, Model: call.Model, InputTokens: call.InputTokens}}
 	c.setInfo(req.ID, ci)
+	e.inflight++
 	if e.state == stIdle && !e.kickDue {
 		// Start the engine after every call submitted at this instant has joined, as a real
 		// engine would batch them into one iteration. (Otherwise the request joins when the
@@ -342,7 +353,7 @@ func (c *Cluster) submit(w backend.WorkerID, call *traces.Call, open bool) error
 // Cancel implements backend.Backend: the call leaves its engine at the next iteration
 // boundary (at once when none is under way), its KV blocks are freed, and EventCancelled
 // reports the tokens it produced. A call that finishes in the iteration under way reports
-// EventDone instead.
+// EventDone instead. The call is in flight until then: it cannot be submitted again before.
 func (c *Cluster) Cancel(w backend.WorkerID, id int) error {
 	if w < 0 || int(w) >= len(c.workers) {
 		return fmt.Errorf("cluster: no worker %d", w)
@@ -379,6 +390,7 @@ func (c *Cluster) abort(e *engine, id uint64, now time.Duration) {
 		return // it finished in the iteration that just ended
 	}
 	c.setInfo(id, nil)
+	e.inflight--
 	produced, _ := e.eng.Abort(id)
 	ci.timing.End = now
 	c.out = append(c.out, backend.Event{Kind: backend.EventCancelled, At: now, Worker: backend.WorkerID(e.w.id), Model: e.model,
@@ -473,6 +485,7 @@ func (c *Cluster) deliver(e *engine, now time.Duration) {
 	for _, id := range e.outs.finished {
 		ci := c.on(e, id)
 		c.setInfo(id, nil)
+		e.inflight--
 		ci.timing.End = now
 		c.out = append(c.out, backend.Event{Kind: backend.EventDone, At: now, Worker: backend.WorkerID(e.w.id), Model: e.model, Call: ci.ref(), Timing: ci.timing})
 		c.retired = append(c.retired, ci)

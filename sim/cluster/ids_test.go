@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -62,4 +63,47 @@ func TestCallIDs(t *testing.T) {
 	assert.Equal(t, map[int]policies.WorkerID{5: 1, huge: 1}, done)
 	_, err = cl.Next(ctx)
 	assert.ErrorIs(t, err, policies.ErrIdle)
+}
+
+// IDs far apart start in the map and move into the slice as it grows to cover them; an
+// engine with a call in flight, even an open one waiting for its prompt, is not unloaded.
+func TestCallIDsSparseThenDense(t *testing.T) {
+	_, setups := setup(t, 1)
+	cl, err := cluster.New(cluster.Config{Workers: 1, Models: setups, UnloadTime: time.Second})
+	require.NoError(t, err)
+	ctx := context.Background()
+	require.NoError(t, cl.Load(0, "M0"))
+	ev, err := cl.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, policies.EventLoaded, ev.Kind)
+	ids := []int{5000, 4000, 1 << 30, 8000, 3}
+	for _, id := range ids {
+		require.NoError(t, cl.Submit(0, &traces.Call{ID: id, Model: "M0", InputTokens: 64, OutputTokens: 100 + id%7}))
+	}
+	for _, id := range ids {
+		assert.EqualError(t, cl.Submit(0, &traces.Call{ID: id, Model: "M0", InputTokens: 1, OutputTokens: 1}),
+			fmt.Sprintf("cluster: call %d is already in flight on worker 0", id))
+	}
+	require.NoError(t, cl.Cancel(0, 5000)) // moved into the slice when 8000 grew it
+	require.NoError(t, cl.Cancel(0, 1<<30))
+	seen := map[int]policies.EventKind{}
+	for len(seen) < len(ids) {
+		ev, err := cl.Next(ctx)
+		require.NoError(t, err)
+		seen[ev.Call.ID] = ev.Kind
+	}
+	assert.Equal(t, map[int]policies.EventKind{5000: policies.EventCancelled, 1 << 30: policies.EventCancelled,
+		4000: policies.EventDone, 8000: policies.EventDone, 3: policies.EventDone}, seen)
+
+	// An open call waits for the rest of its prompt: its engine has no work, but the call is
+	// in flight, so the model stays.
+	require.NoError(t, cl.SubmitOpen(0, &traces.Call{ID: 7, Model: "M0", InputTokens: 32, OutputTokens: 8}))
+	_, err = cl.Next(ctx) // the known prompt is prefilled; then nothing is left to do
+	require.ErrorIs(t, err, policies.ErrIdle)
+	assert.EqualError(t, cl.Unload(0, "M0"), "cluster: M0 on worker 0 still has work")
+	require.NoError(t, cl.Grow(0, 7, 16, true))
+	ev, err = cl.Next(ctx)
+	require.NoError(t, err)
+	require.Equal(t, policies.EventDone, ev.Kind)
+	require.NoError(t, cl.Unload(0, "M0"))
 }
