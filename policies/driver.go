@@ -89,6 +89,10 @@ type Driver struct {
 	decided, lowered int
 	// answers is inputAnswers' scratch.
 	answers []string
+	// errs are the errors of failed calls and cancelledAt when cancelled calls were
+	// cancelled, by call ID (few calls; the call states stay small).
+	errs        map[int]string
+	cancelledAt map[int]time.Duration
 }
 
 // Grower is the backend package's Grower: a Backend that can prefill a call while its inputs
@@ -138,13 +142,10 @@ type callState struct {
 	worker WorkerID
 	ready  time.Duration
 	timing CallTiming
-	err    string
 	// answer is the call's answer once finished (a skipped call's: its inputs' majority).
 	answer string
 	// confidence is the top vote share of its inputs' answers (0 without inputs).
 	confidence float64
-	// cancelledAt is when the call was cancelled.
-	cancelledAt time.Duration
 	// The small fields last, packed (400,000 calls in a large run).
 	// waiting counts the inputs not yet finished.
 	waiting int32
@@ -197,7 +198,8 @@ func NewDriver(b Backend, p Policy, r Rule, wl *traces.Workload, models []ModelI
 		return nil, fmt.Errorf("policies: %d models (at most %d)", len(models), math.MaxInt16-1)
 	}
 	d := &Driver{backend: b, policy: p, rule: r, workload: wl, models: models, workers: workers,
-		byName: map[string]int{}, waking: map[time.Duration]bool{}}
+		byName: map[string]int{}, waking: map[time.Duration]bool{},
+		errs: map[int]string{}, cancelledAt: map[int]time.Duration{}}
 	for i, m := range models {
 		d.byName[m.Name] = i
 	}
@@ -766,7 +768,7 @@ func (d *Driver) cancel(id int, now time.Duration, released []CallRef, events *[
 	default:
 		return released
 	}
-	cs.cancelledAt = now
+	d.cancelledAt[id] = now
 	d.counts(cs).expected--
 	d.counts(cs).remaining--
 	d.total--
@@ -947,16 +949,16 @@ func (d *Driver) timersDue(now time.Duration) ([]Event, error) {
 
 // record reports a finished call to the hooks.
 func (d *Driver) record(id int) {
-	cs := &d.calls[id]
 	if d.CallDone != nil {
-		d.CallDone(d.callRecord(cs))
+		d.CallDone(d.callRecord(id))
 	}
 	if d.Progress != nil {
 		d.Progress(d.done, d.total)
 	}
 }
 
-func (d *Driver) callRecord(cs *callState) CallRecord {
+func (d *Driver) callRecord(id int) CallRecord {
+	cs := &d.calls[id]
 	st, produced := "done", cs.call.OutputTokens
 	switch cs.status {
 	case callFailed:
@@ -964,7 +966,7 @@ func (d *Driver) callRecord(cs *callState) CallRecord {
 	case callCancelled, callCancelling:
 		st, produced = "cancelled", int(cs.produced)
 	}
-	return CallRecord{Call: cs.call, Worker: cs.worker, Ready: cs.ready, Timing: cs.timing, Status: st, Err: cs.err, Final: cs.final,
+	return CallRecord{Call: cs.call, Worker: cs.worker, Ready: cs.ready, Timing: cs.timing, Status: st, Err: d.errs[id], Final: cs.final,
 		Produced: produced}
 }
 
@@ -984,7 +986,7 @@ func (d *Driver) finish(ev *Event) ([]Event, error) {
 	} else {
 		cs.status = callFailed
 		if ev.Err != nil {
-			cs.err = ev.Err.Error()
+			d.errs[id] = ev.Err.Error()
 		}
 	}
 	ev.Call = d.refPtr(id)

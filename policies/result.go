@@ -94,7 +94,7 @@ func (d *Driver) result() *Result {
 	for i := range d.calls {
 		cs := &d.calls[i]
 		if cs.status == callDone || cs.status == callFailed || (cs.status == callCancelled && cs.ran) {
-			r.Calls = append(r.Calls, d.callRecord(cs))
+			r.Calls = append(r.Calls, d.callRecord(i))
 		}
 	}
 	r.Queries = make([]QueryOutcome, 0, len(d.queries))
@@ -115,12 +115,13 @@ func (d *Driver) result() *Result {
 
 // finishedAt is when a finished call ended for the calls that read it (a skipped call: when it
 // was decided; a cancelled one: when it was cancelled).
-func (cs *callState) finishedAt() time.Duration {
+func (d *Driver) finishedAt(id int) time.Duration {
+	cs := &d.calls[id]
 	switch cs.status {
 	case callSkipped:
 		return cs.ready
 	case callCancelled, callCancelling:
-		return cs.cancelledAt
+		return d.cancelledAt[id]
 	}
 	return cs.timing.End
 }
@@ -143,10 +144,10 @@ func (d *Driver) outcome(qi int) QueryOutcome {
 		}
 		ft := cs.timing.FirstToken
 		if cs.status == callSkipped || ft == 0 {
-			ft = cs.finishedAt()
+			ft = d.finishedAt(id)
 		}
 		o.FirstToken = max(o.FirstToken, ft)
-		if last < 0 || cs.finishedAt() > d.calls[last].finishedAt() {
+		if last < 0 || d.finishedAt(id) > d.finishedAt(last) {
 			last = id
 		}
 	}
@@ -167,7 +168,7 @@ func (d *Driver) outcome(qi int) QueryOutcome {
 		next := -1
 		for _, in := range cs.call.Inputs {
 			p := d.first[qi] + in.From
-			if next < 0 || d.calls[p].finishedAt() > d.calls[next].finishedAt() {
+			if next < 0 || d.finishedAt(p) > d.finishedAt(next) {
 				next = p
 			}
 		}

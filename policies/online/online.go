@@ -97,8 +97,9 @@ type Policy struct {
 	// holds a worker only while its inputs are in flight, never while they wait for a worker.
 	held   map[int][]policies.CallRef
 	unsent []int32 // by query ID
-	// waiting is scratch of swaps.
+	// waiting is scratch of swaps, open of dispatch.
 	waiting []*model
+	open    []*worker
 }
 
 // at returns s with index i, growing it with fill where it is too short (query and call IDs
@@ -556,6 +557,18 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 // dispatch hands queued calls to the workers that serve their model and have room, each to
 // the one with the least expected outstanding work.
 func (p *Policy) dispatch(v policies.View) []policies.Action {
+	// The workers that can take a call of their model now, in order (what makes a worker able
+	// does not change while it is handed calls, but its room).
+	open := p.open[:0]
+	for _, wk := range p.workers {
+		if m := wk.am; m != nil && !wk.loading && wk.want == "" && wk.inflight < m.limitOn[wk.id] && slices.Contains(wk.held, m.name) {
+			open = append(open, wk)
+		}
+	}
+	p.open = open
+	if len(open) == 0 {
+		return nil
+	}
 	var acts []policies.Action
 	for _, m := range p.models {
 		q := &m.queue
@@ -564,9 +577,8 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 		}
 		for q.len() > 0 {
 			var best *worker
-			for _, wk := range p.workers {
-				if wk.am == m && !wk.loading && wk.want == "" && wk.inflight < m.limitOn[wk.id] && slices.Contains(wk.held, m.name) &&
-					(best == nil || wk.outstanding < best.outstanding) {
+			for _, wk := range open {
+				if wk.am == m && wk.inflight < m.limitOn[wk.id] && (best == nil || wk.outstanding < best.outstanding) {
 					best = wk
 				}
 			}
