@@ -105,6 +105,12 @@ type Policy struct {
 // at returns s with index i, growing it with fill where it is too short (query and call IDs
 // run 0, 1, 2, ...).
 func at[T any](s []T, i int, fill T) []T {
+	if i < len(s) {
+		return s
+	}
+	if i >= cap(s) {
+		s = slices.Grow(s, max(i+1, 2*cap(s))-len(s)) // doubling: IDs come one at a time
+	}
 	for len(s) <= i {
 		s = append(s, fill)
 	}
@@ -551,12 +557,12 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 		acts = append(acts, p.maybeReplan(v)...)
 	}
 	acts = append(acts, p.swaps(v)...)
-	return append(acts, p.dispatch(v)...)
+	return p.dispatch(acts, v)
 }
 
 // dispatch hands queued calls to the workers that serve their model and have room, each to
-// the one with the least expected outstanding work.
-func (p *Policy) dispatch(v policies.View) []policies.Action {
+// the one with the least expected outstanding work, and returns acts with the submissions.
+func (p *Policy) dispatch(acts []policies.Action, v policies.View) []policies.Action {
 	// The workers that can take a call of their model now, in order (what makes a worker able
 	// does not change while it is handed calls, but its room).
 	open := p.open[:0]
@@ -567,9 +573,8 @@ func (p *Policy) dispatch(v policies.View) []policies.Action {
 	}
 	p.open = open
 	if len(open) == 0 {
-		return nil
+		return acts
 	}
-	var acts []policies.Action
 	for _, m := range p.models {
 		q := &m.queue
 		if q.len() == 0 {

@@ -170,7 +170,7 @@ func TestOnlineLeastOutstanding(t *testing.T) {
 		calls = append(calls, policies.CallRef{ID: i, Query: i, Model: "M", Ready: time.Duration(i)})
 	}
 	p.enqueue(calls)
-	acts := p.dispatch(nil)
+	acts := p.dispatch(nil, nil)
 	// Call 0 to worker 1 (0 outstanding < 250), call 1 to worker 1 too (100 < 250), call 2 to
 	// worker 0 (worker 1 has less, 200, but is full at 2), call 3 waits (both full, worker 2
 	// still loading).

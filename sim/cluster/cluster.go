@@ -135,7 +135,10 @@ func (c *Cluster) setInfo(id uint64, ci *callInfo) {
 		return
 	}
 	old := len(c.calls)
-	c.calls = slices.Grow(c.calls, int(id)+1-old)[:id+1]
+	if int(id) >= cap(c.calls) {
+		c.calls = slices.Grow(c.calls, max(int(id)+1, 2*cap(c.calls))-old) // doubling
+	}
+	c.calls = c.calls[:id+1]
 	c.calls[id] = ci
 	for sid, sci := range c.sparse { // IDs the slice now covers move into it
 		if sid < uint64(len(c.calls)) {
