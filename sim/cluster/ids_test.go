@@ -14,20 +14,28 @@ import (
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
-// The cluster finds a call in flight by its ID, whether the ID is small (a workload's) or
-// not, and a call runs in one place at a time.
-func TestCallIDs(t *testing.T) {
+// loaded returns a cluster of workers that each hold model M0.
+func loaded(t *testing.T, workers int) (*cluster.Cluster, context.Context) {
+	t.Helper()
 	_, setups := setup(t, 1)
-	cl, err := cluster.New(cluster.Config{Workers: 2, Models: setups, UnloadTime: time.Second})
+	cl, err := cluster.New(cluster.Config{Workers: workers, Models: setups, UnloadTime: time.Second})
 	require.NoError(t, err)
 	ctx := context.Background()
-	require.NoError(t, cl.Load(0, "M0"))
-	require.NoError(t, cl.Load(1, "M0"))
-	for range 2 {
+	for w := range workers {
+		require.NoError(t, cl.Load(policies.WorkerID(w), "M0"))
+	}
+	for range workers {
 		ev, err := cl.Next(ctx)
 		require.NoError(t, err)
 		require.Equal(t, policies.EventLoaded, ev.Kind)
 	}
+	return cl, ctx
+}
+
+// The cluster finds a call in flight by its ID, whether the ID is small (a workload's) or
+// not, and a call runs in one place at a time.
+func TestCallIDs(t *testing.T) {
+	cl, ctx := loaded(t, 2)
 	const huge = 1 << 40
 	small := &traces.Call{ID: 5, Model: "M0", InputTokens: 64, OutputTokens: 32}
 	big := &traces.Call{ID: huge, Model: "M0", InputTokens: 64, OutputTokens: 4000}
@@ -68,14 +76,7 @@ func TestCallIDs(t *testing.T) {
 // IDs far apart start in the map and move into the slice as it grows to cover them; an
 // engine with a call in flight, even an open one waiting for its prompt, is not unloaded.
 func TestCallIDsSparseThenDense(t *testing.T) {
-	_, setups := setup(t, 1)
-	cl, err := cluster.New(cluster.Config{Workers: 1, Models: setups, UnloadTime: time.Second})
-	require.NoError(t, err)
-	ctx := context.Background()
-	require.NoError(t, cl.Load(0, "M0"))
-	ev, err := cl.Next(ctx)
-	require.NoError(t, err)
-	require.Equal(t, policies.EventLoaded, ev.Kind)
+	cl, ctx := loaded(t, 1)
 	ids := []int{5000, 4000, 1 << 30, 8000, 3}
 	for _, id := range ids {
 		require.NoError(t, cl.Submit(0, &traces.Call{ID: id, Model: "M0", InputTokens: 64, OutputTokens: 100 + id%7}))
@@ -98,11 +99,11 @@ func TestCallIDsSparseThenDense(t *testing.T) {
 	// An open call waits for the rest of its prompt: its engine has no work, but the call is
 	// in flight, so the model stays.
 	require.NoError(t, cl.SubmitOpen(0, &traces.Call{ID: 7, Model: "M0", InputTokens: 32, OutputTokens: 8}))
-	_, err = cl.Next(ctx) // the known prompt is prefilled; then nothing is left to do
+	_, err := cl.Next(ctx) // the known prompt is prefilled; then nothing is left to do
 	require.ErrorIs(t, err, policies.ErrIdle)
 	assert.EqualError(t, cl.Unload(0, "M0"), "cluster: M0 on worker 0 still has work")
 	require.NoError(t, cl.Grow(0, 7, 16, true))
-	ev, err = cl.Next(ctx)
+	ev, err := cl.Next(ctx)
 	require.NoError(t, err)
 	require.Equal(t, policies.EventDone, ev.Kind)
 	require.NoError(t, cl.Unload(0, "M0"))
