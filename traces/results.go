@@ -227,16 +227,14 @@ func WriteCSVSeq[R Recorder](w io.Writer, header []string, rows iter.Seq[R]) err
 	}
 	// Rows that give their fields go straight into the buffer: a large run writes millions
 	// of fields, and making each a string first was most of the time it took.
+	cw.Flush() // the header, into bw
 	var err error
 	switch rs := any(rows).(type) {
 	case iter.Seq[CallRow]:
-		cw.Flush()
 		err = writeLines(bw, rs, CallRow.fields)
 	case iter.Seq[QueryRow]:
-		cw.Flush()
 		err = writeLines(bw, rs, QueryRow.fields)
 	case iter.Seq[WorkerRow]:
-		cw.Flush()
 		err = writeLines(bw, rs, WorkerRow.fields)
 	default:
 		for r := range rows {

@@ -577,9 +577,6 @@ func (p *Policy) dispatch(acts []policies.Action, v policies.View) []policies.Ac
 	}
 	for _, m := range p.models {
 		q := &m.queue
-		if q.len() == 0 {
-			continue
-		}
 		for q.len() > 0 {
 			var best *worker
 			for _, wk := range open {

@@ -109,22 +109,28 @@ type Cluster struct {
 // twice its length and this), so that the slice is never much longer than the IDs in use.
 const denseGap = 4096
 
-// info returns the state of call id in flight (nil: none).
+// info returns the state of call id in flight (nil: none). An ID the slice has grown over
+// since it was recorded is still in the map.
 func (c *Cluster) info(id uint64) *callInfo {
 	if id < uint64(len(c.calls)) {
-		return c.calls[id]
+		if ci := c.calls[id]; ci != nil {
+			return ci
+		}
 	}
 	return c.sparse[id]
 }
 
 // setInfo records the state of call id in flight; nil forgets it.
 func (c *Cluster) setInfo(id uint64, ci *callInfo) {
-	if id < uint64(len(c.calls)) {
-		c.calls[id] = ci
+	if ci == nil {
+		if id < uint64(len(c.calls)) {
+			c.calls[id] = nil
+		}
+		delete(c.sparse, id)
 		return
 	}
-	if ci == nil {
-		delete(c.sparse, id)
+	if id < uint64(len(c.calls)) {
+		c.calls[id] = ci
 		return
 	}
 	if id >= 2*uint64(len(c.calls))+denseGap {
@@ -140,12 +146,6 @@ func (c *Cluster) setInfo(id uint64, ci *callInfo) {
 	}
 	c.calls = c.calls[:id+1]
 	c.calls[id] = ci
-	for sid, sci := range c.sparse { // IDs the slice now covers move into it
-		if sid < uint64(len(c.calls)) {
-			c.calls[sid] = sci
-			delete(c.sparse, sid)
-		}
-	}
 }
 
 // on returns the state of call id if it is in flight on engine e (nil otherwise).

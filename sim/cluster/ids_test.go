@@ -73,7 +73,7 @@ func TestCallIDs(t *testing.T) {
 	assert.ErrorIs(t, err, policies.ErrIdle)
 }
 
-// IDs far apart start in the map and move into the slice as it grows to cover them; an
+// IDs far apart start in the map and are found there after the slice grows over them; an
 // engine with a call in flight, even an open one waiting for its prompt, is not unloaded.
 func TestCallIDsSparseThenDense(t *testing.T) {
 	cl, ctx := loaded(t, 1)
@@ -85,7 +85,7 @@ func TestCallIDsSparseThenDense(t *testing.T) {
 		assert.EqualError(t, cl.Submit(0, &traces.Call{ID: id, Model: "M0", InputTokens: 1, OutputTokens: 1}),
 			fmt.Sprintf("cluster: call %d is already in flight on worker 0", id))
 	}
-	require.NoError(t, cl.Cancel(0, 5000)) // moved into the slice when 8000 grew it
+	require.NoError(t, cl.Cancel(0, 5000)) // in the map, though 8000 grew the slice over it
 	require.NoError(t, cl.Cancel(0, 1<<30))
 	seen := map[int]policies.EventKind{}
 	for len(seen) < len(ids) {
