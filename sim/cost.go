@@ -68,6 +68,12 @@ type Coefficients struct {
 	// batch) nor prefills apart from decodes within a mixed iteration (so an iteration with
 	// a prefill chunk keeps its time; one of one-token chunks counts as a decode).
 	PagedAttentionV1Factor float64 `toml:"paged_attention_v1_factor"`
+	// LayerLatencyUS is GPU time each transformer layer adds to an iteration whatever its
+	// work, microseconds: the start and tail of its kernels (about ten, replayed from a CUDA
+	// graph), which the roofline terms miss when the kernels are small, as in the shards of
+	// a tensor-parallel group or at batch 1. 0 (the default) leaves the roofline alone; the
+	// engine overheads of profiles fitted end to end already hold it.
+	LayerLatencyUS float64 `toml:"layer_latency_us"`
 }
 
 // pagedAttentionV1Work is the number of sequences times query heads per GPU above which vLLM's
@@ -108,6 +114,9 @@ func (c Coefficients) Validate() error {
 	}
 	if !(c.LaunchFloorMS >= 0) || math.IsInf(c.LaunchFloorMS, 0) {
 		return fmt.Errorf("launch_floor_ms must be a non-negative number, got %g", c.LaunchFloorMS)
+	}
+	if !(c.LayerLatencyUS >= 0) || math.IsInf(c.LayerLatencyUS, 0) {
+		return fmt.Errorf("layer_latency_us must be a non-negative number, got %g", c.LayerLatencyUS)
 	}
 	if !(c.PagedAttentionV1Factor >= 0) || math.IsInf(c.PagedAttentionV1Factor, 0) {
 		return fmt.Errorf("paged_attention_v1_factor must be a non-negative number (0: none), got %g", c.PagedAttentionV1Factor)
@@ -197,6 +206,7 @@ type CostModel struct {
 	allReducePerToken float64 // their transfer time per token, seconds
 	floor             float64 // f: the launch floor of the GPU part, seconds
 	v1Factor          float64 // attention factor of decode iterations of v1Seqs sequences or more (0: none)
+	layerFixed        float64 // layers * layer_latency_us, seconds
 	v1Seqs            int
 }
 
@@ -267,6 +277,7 @@ func NewCostModel(m *Model, g *GPU, c Coefficients, opts ...CostOption) (*CostMo
 		floor:           c.LaunchFloorMS / 1e3,
 		v1Factor:        c.PagedAttentionV1Factor,
 		v1Seqs:          pagedAttentionV1Work/(m.Heads/o.tp) + 1,
+		layerFixed:      float64(m.Layers) * c.LayerLatencyUS / 1e6,
 	}
 	if m.MoE() {
 		nAtt := float64(m.Layers) * m.attentionParams()
@@ -324,7 +335,7 @@ func (c *CostModel) IterationSeconds(b Batch) float64 {
 // roofline returns the GPU's work in an iteration serving b (b.Tokens > 0): its linear
 // layers, its attention and its all-reduces (0 at TP = 1), in seconds.
 func (c *CostModel) roofline(b Batch) (lin, att, ar float64) {
-	lin = math.Max((c.flopsPerToken*float64(b.Tokens)+c.flopsPerSample*float64(b.Sampled))*c.linComputeScale, c.weightSeconds(b.Tokens))
+	lin = math.Max((c.flopsPerToken*float64(b.Tokens)+c.flopsPerSample*float64(b.Sampled))*c.linComputeScale, c.weightSeconds(b.Tokens)) + c.layerFixed
 	att = math.Max(c.attPerPair*b.AttentionPairs, c.attPerKVToken*b.KVTokens)
 	if c.v1Factor > 0 && b.Tokens == b.Seqs && b.Seqs >= c.v1Seqs {
 		att *= c.v1Factor
@@ -367,6 +378,7 @@ func (c *CostModel) LinearParts(b Batch) (linear, allReduce float64, bound strin
 	if compute > weights {
 		linear, bound = compute, "compute"
 	}
+	linear += c.layerFixed
 	if c.TP > 1 {
 		allReduce = c.allReduceFixed + c.allReducePerToken*float64(b.Tokens)
 	}
@@ -378,7 +390,7 @@ func (c *CostModel) LinearParts(b Batch) (linear, allReduce float64, bound strin
 // decode batches have AttentionPairs = KVTokens = ctx, so the roofline's attention term is
 // linear in ctx.
 func (c *CostModel) decodeLine(n int) (base, slope float64) {
-	lin := math.Max((c.flopsPerToken+c.flopsPerSample)*float64(n)*c.linComputeScale, c.weightSeconds(n))
+	lin := math.Max((c.flopsPerToken+c.flopsPerSample)*float64(n)*c.linComputeScale, c.weightSeconds(n)) + c.layerFixed
 	base = c.fixed + c.perSeq*float64(n) + lin
 	if c.TP > 1 {
 		base += c.allReduceFixed + c.allReducePerToken*float64(n)

@@ -10,7 +10,8 @@ import (
 )
 
 // decodeSeconds, the closed form of a decode stretch, equals the sum of its iterations'
-// IterationSeconds with and without a launch floor, wherever the floor falls in the stretch.
+// IterationSeconds with and without a launch floor, wherever the floor falls in the stretch,
+// with and without a per-layer latency.
 func TestDecodeSecondsSumsIterations(t *testing.T) {
 	cat := DefaultCatalog()
 	for _, tc := range []struct {
@@ -25,6 +26,9 @@ func TestDecodeSecondsSumsIterations(t *testing.T) {
 			for _, v1 := range []float64{0, 2.5} {
 				coef := DefaultProfile().For(g)
 				coef.LaunchFloorMS, coef.PagedAttentionV1Factor = floorMS, v1
+				if v1 > 0 {
+					coef.LayerLatencyUS = 40
+				}
 				cm, err := NewCostModel(m, g, coef, WithTP(tc.tp))
 				require.NoError(t, err)
 				for _, n := range []int{1, 7, 64, 256} {
@@ -42,6 +46,36 @@ func TestDecodeSecondsSumsIterations(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// A per-layer latency adds layers x latency to every iteration's GPU part, prefill or decode,
+// at any TP degree, and shows in LinearParts; 0 changes nothing.
+func TestLayerLatency(t *testing.T) {
+	cat := DefaultCatalog()
+	g, err := cat.GPU("H200")
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		model string
+		tp    int
+	}{{"llama-3-8b", 1}, {"llama-3-70b", 8}} {
+		m, err := cat.Model(tc.model)
+		require.NoError(t, err)
+		plain := DefaultProfile().For(g)
+		with := plain
+		with.LayerLatencyUS = 25
+		a, err := NewCostModel(m, g, plain, WithTP(tc.tp))
+		require.NoError(t, err)
+		b, err := NewCostModel(m, g, with, WithTP(tc.tp))
+		require.NoError(t, err)
+		add := float64(m.Layers) * 25e-6
+		for _, batch := range []Batch{{Tokens: 1, AttentionPairs: 100, KVTokens: 100, Seqs: 1, Sampled: 1},
+			{Tokens: 4096, AttentionPairs: 4096 * 4097 / 2, KVTokens: 4096, Seqs: 1, Sampled: 1}} {
+			assert.InDelta(t, add, b.IterationSeconds(batch)-a.IterationSeconds(batch), 1e-12, tc.model)
+			la, _, _ := a.LinearParts(batch)
+			lb, _, _ := b.LinearParts(batch)
+			assert.InDelta(t, add, lb-la, 1e-12, tc.model)
 		}
 	}
 }

@@ -63,6 +63,7 @@ type partialCoef struct {
 	LinkEfficiency       *float64 `toml:"link_efficiency"`
 	LaunchFloorMS        *float64 `toml:"launch_floor_ms"`
 	PagedAttentionV1     *float64 `toml:"paged_attention_v1_factor"`
+	LayerLatencyUS       *float64 `toml:"layer_latency_us"`
 }
 
 func (p partialCoef) over(c Coefficients) Coefficients {
@@ -86,6 +87,7 @@ func (p partialCoef) over(c Coefficients) Coefficients {
 	set(&c.LinkEfficiency, p.LinkEfficiency)
 	set(&c.LaunchFloorMS, p.LaunchFloorMS)
 	set(&c.PagedAttentionV1Factor, p.PagedAttentionV1)
+	set(&c.LayerLatencyUS, p.LayerLatencyUS)
 	return c
 }
 
@@ -199,5 +201,8 @@ func writeCoef(b *strings.Builder, table string, c Coefficients) {
 	}
 	if c.PagedAttentionV1Factor > 0 { // engines that decode with vLLM's PagedAttention kernels
 		fmt.Fprintf(b, "paged_attention_v1_factor = %.4f\n", c.PagedAttentionV1Factor)
+	}
+	if c.LayerLatencyUS > 0 { // fitted on bare forward passes; end-to-end fits leave it in the overheads
+		fmt.Fprintf(b, "layer_latency_us = %.3f\n", c.LayerLatencyUS)
 	}
 }

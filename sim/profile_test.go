@@ -24,9 +24,10 @@ func TestProfileRoundTrip(t *testing.T) {
 	assert.NotContains(t, plain.String(), "launch_floor_ms")
 	assert.NotContains(t, plain.String(), "attention_compute_efficiency")
 	assert.NotContains(t, plain.String(), "paged_attention_v1_factor")
+	assert.NotContains(t, plain.String(), "layer_latency_us")
 
 	c := prof.For(g)
-	c.LaunchFloorMS, c.AttentionComputeEfficiency, c.PagedAttentionV1Factor = 9.3863, 0.00238, 2.6348
+	c.LaunchFloorMS, c.AttentionComputeEfficiency, c.PagedAttentionV1Factor, c.LayerLatencyUS = 9.3863, 0.00238, 2.6348, 41.48
 	prof.Set(g.Name, c)
 	var buf bytes.Buffer
 	require.NoError(t, prof.Write(&buf, "test"))
@@ -38,6 +39,7 @@ func TestProfileRoundTrip(t *testing.T) {
 	assert.InDelta(t, 9.3863, got.LaunchFloorMS, 1e-9)
 	assert.InDelta(t, 0.00238, got.AttentionComputeEfficiency, 1e-9)
 	assert.InDelta(t, 2.6348, got.PagedAttentionV1Factor, 1e-9)
+	assert.InDelta(t, 41.48, got.LayerLatencyUS, 1e-9)
 	assert.Zero(t, back.Default.LaunchFloorMS)
 
 	bad := filepath.Join(t.TempDir(), "bad.toml")
@@ -48,4 +50,7 @@ func TestProfileRoundTrip(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte("[default]\nlaunch_floor_ms = nan\n"), 0o644))
 	_, err = sim.LoadProfile(bad, nil)
 	assert.ErrorContains(t, err, "launch_floor_ms must be a non-negative number, got NaN")
+	require.NoError(t, os.WriteFile(bad, []byte("[default]\nlayer_latency_us = -2\n"), 0o644))
+	_, err = sim.LoadProfile(bad, nil)
+	assert.ErrorContains(t, err, "layer_latency_us must be a non-negative number, got -2")
 }

@@ -22,8 +22,10 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	fs := newFlagSet("calibrate", flag.ContinueOnError)
 	data := fs.String("data", "", "measured batch latencies (CSV in the LLM-Inference-Bench format)")
 	splitwise := fs.String("splitwise", "", "check iteration times against Splitwise's performance model (CSV): fit per GPU leaving one tensor-parallel degree out at a time (or the --holdout rows) and report the held-out errors")
-	forward := fs.String("forward", "", "compare the cost model's GPU time with a forward-pass profile (CSV written by tools/profile_forward.py); needs --gpu")
+	var forwards multiFlag
+	fs.Var(&forwards, "forward", "compare the cost model's GPU time with a forward-pass profile (CSV written by tools/profile_forward.py; repeatable); needs --gpu")
 	cpuOverheads := fs.String("cpu-overheads", "", "fit engine CPU overheads per iteration and per sequence to Vidur's CPU-overhead profile and print the predicted decode throughput at batch 1-256 with them, with the built-in profile's and with none (--gpu, --model, --context)")
+	tp := fs.Int("tp", 0, "with --forward: the tensor-parallel degree whose one-GPU shard the profile measured (default: the file's tp column, else 1)")
 	context := fs.Int("context", 1024, "with --cpu-overheads: the context (cached tokens) of every decoding sequence")
 	framework := fs.String("framework", "vLLM", "keep rows of this framework (empty: all)")
 	gpus := fs.String("gpus", "1", "keep rows measured on this many GPUs (a comma-separated list: 1,2,4); a row on n GPUs runs at tensor-parallel degree n (times the GPU's measured_unit)")
@@ -33,7 +35,7 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	var operators multiFlag
 	fs.Var(&operators, "operators", "operator-level profile (Vidur *__mlp.csv.gz) that pins the fitted GPU's compute efficiency (repeatable)")
 	fit := fs.Bool("fit", false, "fit the GPU's cost-model coefficients on the rows before predicting")
-	holdout := fs.String("holdout", "", "with --fit: leave rows out of the fit and report them apart, KEY=V1,V2 (keys: gpus, L, B, model), e.g. gpus=4,8")
+	holdout := fs.String("holdout", "", "with --fit: leave rows out of the fit and report them apart, KEY=V1,V2 (keys: gpus, L, B, model; with --forward: B, L = context, model, tp), e.g. gpus=4,8")
 	var fitOnly multiFlag
 	var fitAlso multiFlag
 	fs.Var(&fitAlso, "fit-also", "with --fit or --splitwise: fit this coefficient too, beside the default set or --fit-only (profile key, repeatable), e.g. launch_floor_ms (an eager engine's launch floor), attention_compute_efficiency or paged_attention_v1_factor")
@@ -42,7 +44,7 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	profile := fs.String("profile", "", "predict with this profile instead of the built-in one")
 	catalog := fs.String("catalog", "", "extra GPUs and models (TOML)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mosaic calibrate --data FILE [--framework vLLM] [--gpus 1[,2,4]] [--gpu NAME] [--model M] [--fit [--holdout KEY=V,...] [--fit-only KEY]] [-o profile.toml]\n       mosaic calibrate --splitwise FILE [--holdout tp=8] [--model llama2-70b]\n       mosaic calibrate --forward FILE --gpu NAME [--model llama-3-8b]\n       mosaic calibrate --cpu-overheads FILE [--gpu NAME] [--model M] [--context C]\n\nexamples:\n  mosaic calibrate --data ../shared/data/profiles/argonne_inference_bench_no_h100.csv --gpus 4 --gpu A100-40GB\n  mosaic calibrate --data ../shared/data/profiles/argonne_inference_bench_no_h100.csv --gpus 2,4,8 --gpu MI300X --fit --holdout tp=8")
+		fmt.Fprintln(fs.Output(), "usage: mosaic calibrate --data FILE [--framework vLLM] [--gpus 1[,2,4]] [--gpu NAME] [--model M] [--fit [--holdout KEY=V,...] [--fit-only KEY]] [-o profile.toml]\n       mosaic calibrate --splitwise FILE [--holdout tp=8] [--model llama2-70b]\n       mosaic calibrate --forward FILE [--forward FILE2] --gpu NAME [--model M] [--tp N] [--fit [--fit-also layer_latency_us] [--holdout model=llama-3-70b] [-o profile.toml]]\n       mosaic calibrate --cpu-overheads FILE [--gpu NAME] [--model M] [--context C]\n\nexamples:\n  mosaic calibrate --data ../shared/data/profiles/argonne_inference_bench_no_h100.csv --gpus 4 --gpu A100-40GB\n  mosaic calibrate --data ../shared/data/profiles/argonne_inference_bench_no_h100.csv --gpus 2,4,8 --gpu MI300X --fit --holdout tp=8")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterspersed(fs, args)
@@ -53,7 +55,8 @@ func runCalibrate(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w: unexpected argument %q", errUsage, pos[0])
 	}
 	modes := 0
-	for _, f := range []string{*data, *splitwise, *forward, *cpuOverheads} {
+	forward := strings.Join(forwards, ",")
+	for _, f := range []string{*data, *splitwise, forward, *cpuOverheads} {
 		if f != "" {
 			modes++
 		}
@@ -66,6 +69,9 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	}
 	if *context < 0 {
 		return fmt.Errorf("%w: --context must not be negative, got %d", errUsage, *context)
+	}
+	if *tp < 0 || (*tp > 0 && forward == "") {
+		return fmt.Errorf("%w: --tp is for --forward and must be positive, got %d", errUsage, *tp)
 	}
 	gpuCounts, err := parseCounts(*gpus)
 	if err != nil {
@@ -107,8 +113,9 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	switch {
 	case *splitwise != "":
 		return calibrateSplitwise(stdout, *splitwise, cat, prof, models, held, calibrate.FitOptions{Only: fitOnly, Also: fitAlso})
-	case *forward != "":
-		return calibrateForward(stdout, *forward, cat, prof, *gpu, models)
+	case forward != "":
+		return calibrateForward(stdout, forwards, cat, prof, *gpu, models, forwardOptions{
+			fit: *fit, held: held, opts: calibrate.FitOptions{Only: fitOnly, Also: fitAlso}, tp: *tp, out: *out})
 	case *cpuOverheads != "":
 		if *context < 1 {
 			return fmt.Errorf("%w: --context must be positive, got %d", errUsage, *context)
@@ -465,54 +472,191 @@ func (h *holdoutSpec) String() string {
 	return h.key + "=" + strings.Join(vals, ",")
 }
 
-// calibrateForward compares the cost model's GPU part (roofline terms and all-reduces, no
-// engine overheads) with a forward-pass profile written by tools/profile_forward.py.
-func calibrateForward(stdout io.Writer, path string, cat *sim.Catalog, prof *sim.Profile, gpuName string, models []string) error {
+// forwardOptions are calibrateForward's flags beyond the file, GPU and model.
+type forwardOptions struct {
+	fit  bool
+	held *holdoutSpec
+	opts calibrate.FitOptions
+	tp   int    // 0: from the file
+	out  string // -o: the fitted profile
+}
+
+// calibrateForward compares the cost model's GPU part (roofline terms, no engine overheads, no
+// all-reduce) with forward-pass profiles written by tools/profile_forward.py; with fit, it
+// first fits the GPU's efficiencies on the points fo.held leaves. Each point's model is the
+// file's model column (a catalog name) unless --model names one for all, and its
+// tensor-parallel degree the tp column (1 without it) unless --tp gives it.
+func calibrateForward(stdout io.Writer, paths []string, cat *sim.Catalog, prof *sim.Profile, gpuName string, models []string, fo forwardOptions) error {
 	if gpuName == "" {
 		return fmt.Errorf("%w: --forward needs --gpu (the catalog GPU the profile was measured on)", errUsage)
+	}
+	if fo.held != nil && !slices.Contains([]string{"B", "L", "model", "tp"}, fo.held.key) {
+		return fmt.Errorf("%w: --holdout with --forward takes B (batch size), L (context length), model or tp", errUsage)
+	}
+	if fo.out != "" && !fo.fit {
+		return fmt.Errorf("%w: -o with --forward writes fitted coefficients: add --fit", errUsage)
+	}
+	if len(models) > 1 {
+		return fmt.Errorf("%w: --forward takes at most one --model (else each file's model column)", errUsage)
 	}
 	g, err := cat.GPU(gpuName)
 	if err != nil {
 		return err
 	}
-	modelName := "llama-3-8b"
-	switch len(models) {
-	case 0:
-	case 1:
-		modelName = models[0]
-	default:
-		return fmt.Errorf("%w: --forward compares one model at a time", errUsage)
-	}
-	m, err := cat.Model(modelName)
+	sets, err := forwardSets(paths, cat, models, fo.tp)
 	if err != nil {
 		return err
 	}
-	points, err := calibrate.ReadForward(path)
-	if err != nil {
-		return err
+	held := func(s calibrate.ForwardSet, p calibrate.ForwardPoint) bool {
+		return fo.held.matches(calibrate.Case{Row: calibrate.Row{Batch: p.Batch, Length: p.Context}, Model: s.Model, TP: s.TP})
 	}
-	cm, err := sim.NewCostModel(m, g, prof.For(g))
-	if err != nil {
-		return err
+	total := 0
+	for _, s := range sets {
+		total += len(s.Points)
 	}
-	preds := calibrate.PredictForward(points, cm)
+	coef := prof.For(g)
 	w := bufio.NewWriter(stdout)
-	fmt.Fprintf(w, "# %s on %s: measured forward pass vs the cost model's GPU part (no engine overheads), profile %s\n", m.ID, g.Name, prof.Source)
-	fmt.Fprintf(w, "%-8s %5s %7s %11s %12s %9s\n", "phase", "B", "context", "measured_ms", "predicted_ms", "error_pct")
-	byPhase := map[string][]calibrate.ForwardPrediction{}
-	var phases []string
-	for _, p := range preds {
-		fmt.Fprintf(w, "%-8s %5d %7d %11.3f %12.3f %+9.2f\n", p.Phase, p.Batch, p.Context, p.Seconds*1e3, p.Predicted*1e3, p.ErrorPct())
-		if _, ok := byPhase[p.Phase]; !ok {
-			phases = append(phases, p.Phase)
+	if fo.fit {
+		var fitSets []calibrate.ForwardSet
+		n := 0
+		for _, s := range sets {
+			fs := calibrate.ForwardSet{Model: s.Model, TP: s.TP}
+			for _, p := range s.Points {
+				if !held(s, p) {
+					fs.Points = append(fs.Points, p)
+				}
+			}
+			n += len(fs.Points)
+			fitSets = append(fitSets, fs)
 		}
-		byPhase[p.Phase] = append(byPhase[p.Phase], p)
+		if n == 0 || (fo.held != nil && n == total) {
+			return fmt.Errorf("%w: --holdout %s leaves no points to fit or none to predict", errUsage, fo.held.String())
+		}
+		fr, err := calibrate.FitForward(fitSets, g, coef, fo.opts)
+		if err != nil {
+			return err
+		}
+		coef = fr.Coef
+		fmt.Fprintf(w, "# fitted on %d of %d points (MAPE %.2f%% on them): compute_efficiency %.4f, memory_efficiency %.4f, attention_efficiency %.4f",
+			n, total, fr.MAPE, coef.ComputeEfficiency, coef.MemoryEfficiency, coef.AttentionEfficiency)
+		if coef.AttentionComputeEfficiency > 0 {
+			fmt.Fprintf(w, ", attention_compute_efficiency %.4f", coef.AttentionComputeEfficiency)
+		}
+		if coef.LayerLatencyUS > 0 {
+			fmt.Fprintf(w, ", layer_latency_us %.2f", coef.LayerLatencyUS)
+		}
+		fmt.Fprintln(w)
+		if b := calibrate.AtBounds(coef); len(b) > 0 {
+			slog.Warn("fitted coefficients at the edge of their range: the points do not constrain them", "gpu", g.Name, "coefficients", strings.Join(b, ", "))
+		}
+		prof.Set(g.Name, coef)
 	}
-	for _, ph := range phases {
-		fmt.Fprintf(w, "MAPE %.2f%% over %d %s points\n", calibrate.ForwardMAPE(byPhase[ph]), len(byPhase[ph]), ph)
+	src := "profile " + prof.Source
+	if fo.fit {
+		src = "coefficients fitted above"
 	}
-	fmt.Fprintf(w, "MAPE %.2f%% over %d points\n", calibrate.ForwardMAPE(preds), len(preds))
-	return w.Flush()
+	fmt.Fprintf(w, "# measured forward passes on %s vs the cost model's GPU part (no engine overheads; at TP > 1 one GPU's shard, no all-reduce), %s\n", g.Name, src)
+	fmt.Fprintf(w, "%-28s %3s %-8s %5s %7s %11s %12s %9s %8s\n", "model", "tp", "phase", "B", "context", "measured_ms", "predicted_ms", "error_pct", "set")
+	set := func(s calibrate.ForwardSet, p calibrate.ForwardPoint) string {
+		switch {
+		case !fo.fit:
+			return "-"
+		case held(s, p):
+			return "held-out"
+		}
+		return "fitted"
+	}
+	groups := map[string][]calibrate.ForwardPrediction{}
+	var keys []string
+	add := func(k string, p calibrate.ForwardPrediction) {
+		if _, ok := groups[k]; !ok {
+			keys = append(keys, k)
+		}
+		groups[k] = append(groups[k], p)
+	}
+	var all []calibrate.ForwardPrediction
+	for _, s := range sets {
+		cm, err := sim.NewCostModel(s.Model, g, coef, sim.WithTP(s.TP))
+		if err != nil {
+			return err
+		}
+		shape := fmt.Sprintf("%s TP %d", s.Model.ID, s.TP)
+		for _, p := range calibrate.PredictForward(s.Points, cm) {
+			st := set(s, p.ForwardPoint)
+			fmt.Fprintf(w, "%-28s %3d %-8s %5d %7d %11.3f %12.3f %+9.2f %8s\n", s.Model.ID, s.TP, p.Phase, p.Batch, p.Context, p.Seconds*1e3, p.Predicted*1e3, p.ErrorPct(), st)
+			all = append(all, p)
+			add(shape+" "+p.Phase, p)
+			if len(sets) > 1 {
+				add(shape, p)
+			}
+			if fo.held != nil {
+				add(shape+" "+p.Phase+" "+st, p)
+				add(st, p)
+			}
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "MAPE %.2f%% over %d points: %s\n", calibrate.ForwardMAPE(groups[k]), len(groups[k]), k)
+	}
+	fmt.Fprintf(w, "MAPE %.2f%% over %d points\n", calibrate.ForwardMAPE(all), len(all))
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if fo.out != "" {
+		var files []string
+		for _, p := range paths {
+			files = append(files, filepath.Base(p))
+		}
+		return writeProfile(fo.out, prof,
+			"Cost-model profile written by: mosaic "+strings.Join(os.Args[1:], " "),
+			fmt.Sprintf("%s's efficiencies fitted on forward passes (tools/profile_forward.py: %s; %d points);", g.Name, strings.Join(files, ", "), total),
+			"the engine overheads are the starting profile's: a bare forward pass does not measure them.")
+	}
+	return nil
+}
+
+// forwardSets reads forward-pass profiles and groups their points by model shape (model, TP),
+// in the order the shapes first appear: a point's model is its model column unless models
+// names one, its degree its tp column unless tp (> 0) gives it to points without one.
+func forwardSets(paths []string, cat *sim.Catalog, models []string, tp int) ([]calibrate.ForwardSet, error) {
+	var sets []calibrate.ForwardSet
+	for _, path := range paths {
+		points, err := calibrate.ReadForward(path)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range points {
+			name := p.Model
+			if len(models) == 1 {
+				name = models[0]
+			}
+			if name == "" {
+				return nil, fmt.Errorf("%s:%d: column \"model\" is empty: give --model", path, p.Line)
+			}
+			m, err := cat.Model(name)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: column \"model\": %w (or give --model)", path, p.Line, err)
+			}
+			deg := p.TP
+			if tp > 0 {
+				if p.TP != 1 && p.TP != tp {
+					return nil, fmt.Errorf("%s:%d: column \"tp\" is %d, but --tp %d", path, p.Line, p.TP, tp)
+				}
+				deg = tp
+			}
+			if err := sim.ValidTP(m, deg); err != nil {
+				return nil, fmt.Errorf("%s:%d: %s at TP %d: %w", path, p.Line, m.ID, deg, err)
+			}
+			i := slices.IndexFunc(sets, func(s calibrate.ForwardSet) bool { return s.Model == m && s.TP == deg })
+			if i < 0 {
+				sets = append(sets, calibrate.ForwardSet{Model: m, TP: deg})
+				i = len(sets) - 1
+			}
+			sets[i].Points = append(sets[i].Points, p)
+		}
+	}
+	return sets, nil
 }
 
 // calibrateCPU fits engine CPU overheads to Vidur's measured CPU times and prints the predicted

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -47,4 +49,42 @@ func TestCalibrateModesExclusive(t *testing.T) {
 	code, out, errOut := runCLI("calibrate", "--forward", "../../sim/calibrate/testdata/forward_fixture.csv", "--gpu", "H100-80GB")
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "MAPE")
+}
+
+// calibrate --forward over the measured H200 profiles: a shape held out is reported apart,
+// the fit over two shapes frees layer_latency_us and -o writes it; bad combinations and
+// files are usage or input errors naming what is wrong.
+func TestCalibrateForwardMeasured(t *testing.T) {
+	dir := "../../tools/measurements/"
+	args := []string{"calibrate", "--forward", dir + "h200_llama-3-8b.csv", "--forward", dir + "h200_llama-3-70b_tp8.csv",
+		"--forward", dir + "h200_llama-3-70b_tp4.csv", "--gpu", "H200"}
+	prof := filepath.Join(t.TempDir(), "h200.toml")
+	code, out, errOut := runCLI(append(args, "--fit", "--holdout", "tp=8", "-o", prof)...)
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "# fitted on 104 of 136 points")
+	assert.Contains(t, out, "layer_latency_us")
+	assert.Regexp(t, `MAPE [0-9.]+% over 32 points: held-out`, out)
+	assert.Contains(t, out, "Meta-Llama-3-70B TP 8 decode held-out")
+	written, err := os.ReadFile(prof)
+	require.NoError(t, err)
+	assert.Contains(t, string(written), "[gpu.h200]")
+	assert.Contains(t, string(written), "layer_latency_us = ")
+
+	code, _, errOut = runCLI(append(args, "-o", prof)...)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "-o with --forward writes fitted coefficients: add --fit")
+	code, _, errOut = runCLI(append(args, "--fit", "--holdout", "gpus=2")...)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "--holdout with --forward takes B")
+	code, _, errOut = runCLI("calibrate", "--forward", dir+"h200_llama-3-70b_tp8.csv", "--gpu", "H200", "--tp", "4")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, `h200_llama-3-70b_tp8.csv:2: column "tp" is 8, but --tp 4`)
+	bad := filepath.Join(t.TempDir(), "bad.csv")
+	require.NoError(t, os.WriteFile(bad, []byte("phase,batch_size,context_len,time_ms,model\ndecode,1,128,5,llama-9\n"), 0o644))
+	code, _, errOut = runCLI("calibrate", "--forward", bad, "--gpu", "H200")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, `bad.csv:2: column "model"`)
+	code, _, errOut = runCLI("calibrate", "--data", "a.csv", "--tp", "2")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "--tp is for --forward")
 }

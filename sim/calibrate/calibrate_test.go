@@ -276,8 +276,8 @@ func TestSplitwiseHeldOutTP(t *testing.T) {
 	assert.LessOrEqual(t, calibrate.IterationMAPE(preds), 12.0)
 }
 
-// The forward-pass reader and comparison on a synthetic fixture (the script in tools/ has not
-// run on a GPU yet): the cost model's GPU part is the iteration time without the engine's
+// The forward-pass reader and comparison on a synthetic fixture (measured profiles are in
+// forward_test.go): the cost model's GPU part is the iteration time without the engine's
 // overheads.
 func TestForwardCompare(t *testing.T) {
 	points, err := calibrate.ReadForward("testdata/forward_fixture.csv")
@@ -458,10 +458,5 @@ func TestDecodeBreakdownAddsUp(t *testing.T) {
 // h100Llama3 is the catalog's H100-80GB and Llama-3-8B.
 func h100Llama3(t *testing.T) (*sim.GPU, *sim.Model) {
 	t.Helper()
-	cat := sim.DefaultCatalog()
-	g, err := cat.GPU("H100-80GB")
-	require.NoError(t, err)
-	m, err := cat.Model("llama-3-8b")
-	require.NoError(t, err)
-	return g, m
+	return gpuModel(t, "H100-80GB", "llama-3-8b")
 }

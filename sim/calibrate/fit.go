@@ -36,12 +36,13 @@ const (
 	pFloor
 	pAttCompute
 	pV1
+	pLayer
 	numParams
 )
 
 // paramNames are the profile keys of the fitted coefficients, by parameter index.
 var paramNames = [numParams]string{"compute_efficiency", "memory_efficiency", "attention_efficiency",
-	"iteration_overhead_ms", "per_seq_overhead_ms", "reserve_gib", "allreduce_us", "allreduce_hop_us", "tp_reserve_gib", "link_efficiency", "launch_floor_ms", "attention_compute_efficiency", "paged_attention_v1_factor"}
+	"iteration_overhead_ms", "per_seq_overhead_ms", "reserve_gib", "allreduce_us", "allreduce_hop_us", "tp_reserve_gib", "link_efficiency", "launch_floor_ms", "attention_compute_efficiency", "paged_attention_v1_factor", "layer_latency_us"}
 
 func unpack(x []float64, free []int, base sim.Coefficients) sim.Coefficients {
 	c := base
@@ -73,6 +74,8 @@ func unpack(x []float64, free []int, base sim.Coefficients) sim.Coefficients {
 			c.AttentionComputeEfficiency = logistic(x[i])
 		case pV1:
 			c.PagedAttentionV1Factor = 1 + math.Exp(x[i]) // V1 is never faster than V2
+		case pLayer:
+			c.LayerLatencyUS = math.Exp(x[i])
 		}
 	}
 	return c
@@ -89,6 +92,7 @@ func pack(c sim.Coefficients, free []int) []float64 {
 		math.Log(math.Max(c.LaunchFloorMS, minFloorMS)),
 		logit(attComputeEfficiency(c)),
 		math.Log(math.Max(c.PagedAttentionV1Factor-1, 1e-3)), // from about 1: V1 as fast as V2
+		math.Log(math.Max(c.LayerLatencyUS, 0.1)),            // from 0.1 us a layer: about none
 	}
 	x := make([]float64, len(free))
 	for i, p := range free {
@@ -243,6 +247,19 @@ func Fit(cases []Case, start sim.Coefficients, opts FitOptions) (FitResult, erro
 		}
 		return s / float64(len(cases))
 	})
+}
+
+// minimizeNamed minimises mape over the coefficients names (profile keys), or opts.Only when
+// given, with opts.Also beside them, from start.
+func minimizeNamed(names []string, opts FitOptions, start sim.Coefficients, mape func(sim.Coefficients) float64) (FitResult, error) {
+	if len(opts.Only) > 0 {
+		names = opts.Only
+	}
+	free, err := FitOptions{Only: names, Also: opts.Also}.freeParams(nil)
+	if err != nil {
+		return FitResult{}, err
+	}
+	return minimize(free, start, mape)
 }
 
 // minimize finds the free coefficients that minimise mape (a mean absolute percentage error),

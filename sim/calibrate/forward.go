@@ -28,6 +28,10 @@ type ForwardPoint struct {
 	// Model and GPU name what was measured, as the script recorded them (informational; the
 	// comparison uses the catalog entries it is given).
 	Model, GPU string
+	// TP is the tensor-parallel degree whose one-GPU shard ran (column tp, written by
+	// tools/profile_forward.py --tp; 1 without the column): the heads, KV heads, MLP and
+	// vocabulary split TP ways, on one GPU, with no all-reduce.
+	TP int
 }
 
 // forwardHeader lists the columns ReadForward needs; the script writes more (std, repeats,
@@ -97,6 +101,14 @@ func ParseForward(path string, r io.Reader) ([]ForwardPoint, error) {
 			return nil, fmt.Errorf("%s:%d: column \"time_ms\": want a positive number, got %q", path, line, get(rec, "time_ms"))
 		}
 		p.Seconds = ms / 1e3
+		p.TP = 1
+		if _, ok := col["tp"]; ok {
+			v, err := strconv.Atoi(get(rec, "tp"))
+			if err != nil || v <= 0 {
+				return nil, fmt.Errorf("%s:%d: column \"tp\": want a positive integer, got %q", path, line, get(rec, "tp"))
+			}
+			p.TP = v
+		}
 		out = append(out, p)
 	}
 	if len(out) == 0 {
@@ -126,14 +138,75 @@ type ForwardPrediction struct {
 // ErrorPct is the signed relative error of the prediction, in percent.
 func (p ForwardPrediction) ErrorPct() float64 { return 100 * (p.Predicted - p.Seconds) / p.Seconds }
 
-// PredictForward predicts every point with cm's GPU part.
+// PredictForward predicts every point with cm's GPU part. With tensor parallelism (cm.TP > 1)
+// the points are one GPU running its shard, as tools/profile_forward.py --tp measures it: the
+// all-reduces, which need the group's other GPUs, are left out of the prediction.
 func PredictForward(points []ForwardPoint, cm *sim.CostModel) []ForwardPrediction {
 	out := make([]ForwardPrediction, len(points))
 	for i, p := range points {
-		gpu, _ := cm.IterationParts(ForwardBatch(p))
+		b := ForwardBatch(p)
+		gpu, _ := cm.IterationParts(b)
+		if cm.TP > 1 {
+			_, ar, _ := cm.LinearParts(b)
+			gpu -= ar
+		}
 		out[i] = ForwardPrediction{ForwardPoint: p, Predicted: gpu}
 	}
 	return out
+}
+
+// ForwardFitParams are the coefficients FitForward varies unless told otherwise: a bare
+// forward pass pins the GPU's efficiencies (linear layers on the compute and the weight
+// roofs, attention on the KV-cache roof), not the engine's overheads or memory reserves.
+var ForwardFitParams = []string{"compute_efficiency", "memory_efficiency", "attention_efficiency"}
+
+// ForwardSet is the forward points of one model shape: the model at tensor-parallel degree TP,
+// whose one-GPU shard ran when TP > 1.
+type ForwardSet struct {
+	Model  *sim.Model
+	TP     int
+	Points []ForwardPoint
+}
+
+// FitForward fits the efficiencies of GPU g to the forward points of sets, minimising the mean
+// absolute percentage error of PredictForward over all their points, from start. It varies
+// ForwardFitParams, and layer_latency_us when the points span two or more shapes (one
+// shape's cannot tell it from memory_efficiency), or opts.Only when given; opts.Also beside
+// them (attention_compute_efficiency, say, for long prefills).
+func FitForward(sets []ForwardSet, g *sim.GPU, start sim.Coefficients, opts FitOptions) (FitResult, error) {
+	n := 0
+	for _, s := range sets {
+		n += len(s.Points)
+	}
+	if n == 0 {
+		return FitResult{}, errors.New("calibrate: nothing to fit")
+	}
+	names := ForwardFitParams
+	shapes := 0
+	for _, s := range sets {
+		if len(s.Points) > 0 {
+			shapes++
+		}
+	}
+	if shapes > 1 {
+		// One shape's points cannot tell a fixed time per layer from slower weight streaming
+		// (both are the same at every batch); shapes of different layer counts and sizes can.
+		names = append(names[:len(names):len(names)], "layer_latency_us")
+	}
+	return minimizeNamed(names, opts, start, func(coef sim.Coefficients) float64 {
+		sum := 0.0
+		for _, s := range sets {
+			if len(s.Points) == 0 {
+				continue
+			}
+			cm, err := sim.NewCostModel(s.Model, g, coef, sim.WithTP(s.TP))
+			if err != nil {
+				return math.Inf(1)
+			}
+			sum += ForwardMAPE(PredictForward(s.Points, cm)) * float64(len(s.Points))
+		}
+		return sum / float64(n)
+	})
 }
 
 // ForwardMAPE is the mean absolute percentage error of forward predictions.

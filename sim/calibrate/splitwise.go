@@ -306,14 +306,7 @@ func FitIterations(cases []IterationCase, start sim.Coefficients, opts FitOption
 	if !slices.ContainsFunc(cases, func(c IterationCase) bool { return c.TP > 1 }) {
 		names = names[:5]
 	}
-	if len(opts.Only) > 0 {
-		names = opts.Only
-	}
-	free, err := FitOptions{Only: names, Also: opts.Also}.freeParams(nil)
-	if err != nil {
-		return FitResult{}, err
-	}
-	return minimize(free, start, func(coef sim.Coefficients) float64 {
+	return minimizeNamed(names, opts, start, func(coef sim.Coefficients) float64 {
 		s := 0.0
 		for _, c := range cases {
 			p, err := PredictIteration(c, coef)
