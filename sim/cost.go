@@ -149,6 +149,7 @@ type Batch struct {
 //
 //	T = o_iter + o_seq * Seqs
 //	  + max( F_lin / (TP * P * e_c),  W(Tokens) / (TP * B * e_m) )   linear layers and LM head
+//	  + layers * l                                                   fixed time per layer
 //	  + max( F_att / (TP * P * e_ac), K / (B * e_a) )                attention over the KV cache
 //	  + [TP > 1] 2 * layers * ( a_ar + 2(TP-1) * a_hop
 //	                          + 2(TP-1)/TP * Tokens * hidden * dtype_bytes / (L(TP) * e_l) )
@@ -167,7 +168,7 @@ type Batch struct {
 // distinct experts the batch's tokens touch per layer (Model.ExpectedExperts), and
 // kv_heads_per_gpu = max(kv_heads / TP, 1) (vLLM replicates KV heads when TP exceeds them).
 // e_c, e_m, e_a, o_iter, o_seq, a_ar, a_hop and e_l are the fitted Coefficients; e_ac is e_a
-// unless AttentionComputeEfficiency gives it apart. The last line
+// unless AttentionComputeEfficiency gives it apart; l = LayerLatencyUS (0 by default). The last line
 // is a ring all-reduce of the activations after the attention output projection and after the
 // MLP of every layer: a fixed latency a_ar, 2(TP-1) steps of latency a_hop, and 2(TP-1)/TP of
 // the message through the link. a_ar also absorbs the part of each layer (norms, residual
@@ -344,6 +345,20 @@ func (c *CostModel) roofline(b Batch) (lin, att, ar float64) {
 		ar = c.allReduceFixed + c.allReducePerToken*float64(b.Tokens)
 	}
 	return lin, att, ar
+}
+
+// ShardSeconds is the GPU part of an iteration serving b on one GPU of the group without the
+// group's all-reduces: what that GPU computes alone (at TP = 1, the whole GPU part), its
+// roofline terms, or the launch floor where that is longer.
+func (c *CostModel) ShardSeconds(b Batch) float64 {
+	if b.Tokens == 0 {
+		return 0
+	}
+	lin, att, _ := c.roofline(b)
+	if c.floor > 0 {
+		return math.Max(c.floor, lin+att)
+	}
+	return lin + att
 }
 
 // IterationParts splits IterationSeconds into the GPU's work (the roofline terms and the

@@ -4,34 +4,38 @@
 The model is built from its shape alone (hidden size, layers, heads, KV heads, head size, MLP
 size, vocabulary), so no checkpoint and no inference engine are needed: the numbers are what
 the GPU does for one engine iteration, without scheduling, sampling or Python between
-iterations. The default shape is Llama-3-8B's (meta-llama/Meta-Llama-3-8B config.json).
+iterations. The default shape is Llama-3-8B's (meta-llama/Meta-Llama-3-8B config.json);
+--model-name llama-3-70b picks Llama-3-70B's, and --tp N the shard one GPU of an N-GPU
+tensor-parallel group holds (without the group's all-reduces).
 
-Two phases are swept:
+Two phases are swept, each captured as a CUDA graph and replayed, as vLLM runs its iterations:
 
   decode   B sequences each produce one token, attending over C cached tokens (a KV cache of
-           C tokens per sequence, filled with random values). Captured as a CUDA graph and
-           replayed, as vLLM runs decode batches.
-  prefill  B sequences of C new tokens each, from an empty cache, causal attention; the LM
-           head runs for the last token of each sequence only. Run eagerly (launch costs are
-           negligible at these sizes).
+           C tokens per sequence, filled with random values).
+  prefill  one sequence of C new tokens from an empty cache, causal attention; the LM head
+           runs for its last token only.
+
+The pieces of each layer between its attentions are compiled with torch.compile (fusing the
+norms, rotary embedding and SiLU-and-multiply, as vLLM's kernels do), unless --compile off.
 
 Output: one CSV row per (phase, B, C) with the median time over the repeats, in the format
-`mosaic calibrate --forward FILE --gpu NAME --model ARCH` reads:
+`mosaic calibrate --forward FILE --gpu NAME` reads:
 
   gpu,model,dtype,phase,batch_size,context_len,time_ms,time_ms_std,repeats,cuda_graph,
-  torch_version,device_name,attention
+  torch_version,device_name,attention,compiled,tp
 
 Attention uses flash-attn's flash_attn_with_kvcache / flash_attn_func when the flash-attn
-package is installed (the kernels vLLM uses on NVIDIA GPUs) and PyTorch's
-scaled_dot_product_attention otherwise (with enable_gqa on PyTorch >= 2.5; before that the KV
-heads are repeated, which over-counts KV traffic for grouped-query models).
+package is installed (the kernels vLLM uses on NVIDIA GPUs), else PyTorch's fused
+scaled_dot_product_attention backends when one takes the grouped-query decode shape (with
+enable_gqa on PyTorch >= 2.5; before that the KV heads are repeated, which over-counts KV
+traffic for grouped-query models), else grouped matrix products.
 
 Configurations whose KV cache and activations do not fit the GPU are skipped with a message.
 
 Example (one GPU):
 
-  python3 tools/profile_forward.py --gpu-name H100-80GB -o h100_llama3_8b.csv
-  mosaic calibrate --forward h100_llama3_8b.csv --gpu H100-80GB --model llama-3-8b
+  python3 tools/profile_forward.py --gpu-name H100-80GB -o h100_llama-3-8b.csv
+  mosaic calibrate --forward h100_llama-3-8b.csv --gpu H100-80GB
 
 A CPU smoke test of the script itself (tiny shapes, no CUDA graphs, meaningless times):
 
@@ -365,9 +369,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-o", "--output", required=True, help="CSV file to write")
     ap.add_argument("--gpu-name", default="", help="catalog name of the GPU (recorded in the CSV), e.g. H100-80GB")
-    ap.add_argument("--model-name", default="llama-3-8b",
+    ap.add_argument("--model-name", default=None,
                     help="catalog name of the model (recorded in the CSV); picks its shape when known (" +
-                         ", ".join(SHAPES) + "), else give the shape flags")
+                         ", ".join(SHAPES) + "; others start from Llama-3-8B's and take the shape flags). "
+                         "Default: llama-3-8b, or 'custom' when shape flags are given")
     ap.add_argument("--tp", type=int, default=1,
                     help="measure the shard one GPU of a tensor-parallel group of this many GPUs holds (heads, KV "
                          "heads, MLP and vocabulary split tp ways); the group's all-reduces are not run. Recorded per row")
@@ -381,7 +386,7 @@ def main():
     ap.add_argument("--contexts", type=parse_ints, default=DEFAULT_CONTEXTS, help="decode context lengths (comma-separated)")
     ap.add_argument("--prefill-tokens", type=parse_ints, default=DEFAULT_PREFILL_TOKENS,
                     help="prefill sizes in tokens: one sequence of each (comma-separated)")
-    ap.add_argument("--no-graphs", action="store_true", help="run decode eagerly instead of as CUDA graphs")
+    ap.add_argument("--no-graphs", action="store_true", help="run decode and prefill eagerly instead of as CUDA graphs")
     ap.add_argument("--attention", default="auto", choices=["auto", "flash-attn", "sdpa", "grouped"],
                     help="attention implementation (auto: flash-attn if installed, else a fused SDPA backend that "
                          "takes grouped-query decode, else grouped matrix products); recorded per row")
@@ -396,16 +401,16 @@ def main():
     device = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
     dtype_bytes = torch.finfo(dtype).bits // 8
+    shape_flags = [k for k in LLAMA3_8B if getattr(args, k) is not None]
+    if args.model_name is None:
+        args.model_name = "custom" if shape_flags or args.tiny else "llama-3-8b"
+    elif args.model_name in SHAPES and shape_flags:
+        print(f"note: the shape flags change {args.model_name}'s shape, but the rows will name {args.model_name}",
+              file=sys.stderr)
     if args.tiny:
         shape = dict(TINY)
-    elif args.model_name in SHAPES:
-        shape = dict(SHAPES[args.model_name])
-    else:
-        shape = dict(LLAMA3_8B)
-        missing = [k for k in LLAMA3_8B if getattr(args, k) is None]
-        if missing:
-            raise SystemExit(f"--model-name {args.model_name}: not a known shape ({', '.join(SHAPES)}); give "
-                             + ", ".join("--" + k.replace("_", "-") for k in missing))
+    else:  # a known shape, else Llama-3-8B's; the shape flags change it
+        shape = dict(SHAPES.get(args.model_name, LLAMA3_8B))
     for k in LLAMA3_8B:
         v = getattr(args, k)
         if v is not None:
@@ -440,9 +445,9 @@ def main():
     w.writerow(["gpu", "model", "dtype", "phase", "batch_size", "context_len", "time_ms", "time_ms_std", "repeats",
                 "cuda_graph", "torch_version", "device_name", "attention", "compiled", "tp"])
 
-    def row(phase, b, c, ms, std, graph):
+    def row(phase, b, c, ms, std, repeats, graph):
         w.writerow([args.gpu_name, args.model_name, args.dtype, phase, b, c, f"{ms:.4f}", f"{std:.4f}",
-                    args.repeats, int(graph), torch.__version__, device_name, attention, int(compiled), args.tp])
+                    repeats, int(graph), torch.__version__, device_name, attention, int(compiled), args.tp])
         out.flush()
         print(f"{phase:8s} B={b:4d} C={c:5d}: {ms:9.3f} ms", file=sys.stderr)
 
@@ -461,8 +466,9 @@ def main():
         for _ in range(2):
             prefill()
         graph = capture(prefill) if graphs else None
-        ms, std = timed(graph.replay if graphs else prefill, device, max(3, args.repeats // 2), max(1, args.inner // 5))
-        row("prefill", 1, t, ms, std, graphs)
+        repeats = max(3, args.repeats // 2)
+        ms, std = timed(graph.replay if graphs else prefill, device, repeats, max(1, args.inner // 5))
+        row("prefill", 1, t, ms, std, repeats, graphs)
         del graph
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -487,7 +493,7 @@ def main():
             graph = capture(step) if graphs else None
             fn = graph.replay if graphs else step
             ms, std = timed(fn, device, args.repeats, args.inner)
-            row("decode", b, c, ms, std, graphs)
+            row("decode", b, c, ms, std, args.repeats, graphs)
             del caches, fn, step, graph
             if device.type == "cuda":
                 torch.cuda.empty_cache()

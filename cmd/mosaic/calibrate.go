@@ -70,8 +70,15 @@ func runCalibrate(args []string, stdout io.Writer) error {
 	if *context < 0 {
 		return fmt.Errorf("%w: --context must not be negative, got %d", errUsage, *context)
 	}
-	if *tp < 0 || (*tp > 0 && forward == "") {
-		return fmt.Errorf("%w: --tp is for --forward and must be positive, got %d", errUsage, *tp)
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	switch {
+	case given["tp"] && forward == "":
+		return fmt.Errorf("%w: --tp is for --forward (with --data, --gpus gives the TP degree)", errUsage)
+	case *tp < 0 || (given["tp"] && *tp == 0):
+		return fmt.Errorf("%w: --tp must be positive, got %d", errUsage, *tp)
+	case forward != "" && (given["gpus"] || len(operators) > 0 || given["framework"]):
+		return fmt.Errorf("%w: --gpus, --framework and --operators are for --data; --forward takes --tp and each file's tp column", errUsage)
 	}
 	gpuCounts, err := parseCounts(*gpus)
 	if err != nil {
@@ -499,11 +506,21 @@ func calibrateForward(stdout io.Writer, paths []string, cat *sim.Catalog, prof *
 	if len(models) > 1 {
 		return fmt.Errorf("%w: --forward takes at most one --model (else each file's model column)", errUsage)
 	}
+	for i, p := range paths {
+		if slices.Contains(paths[:i], p) {
+			return fmt.Errorf("%w: --forward %s is given twice", errUsage, p)
+		}
+	}
+	for _, k := range append(append([]string(nil), fo.opts.Only...), fo.opts.Also...) {
+		if !slices.Contains(calibrate.ForwardFittable, k) {
+			return fmt.Errorf("%w: %s does not enter a bare forward pass's time; --forward fits %s", errUsage, k, strings.Join(calibrate.ForwardFittable, ", "))
+		}
+	}
 	g, err := cat.GPU(gpuName)
 	if err != nil {
 		return err
 	}
-	sets, err := forwardSets(paths, cat, models, fo.tp)
+	sets, err := forwardSets(paths, cat, g, models, fo.tp)
 	if err != nil {
 		return err
 	}
@@ -616,10 +633,12 @@ func calibrateForward(stdout io.Writer, paths []string, cat *sim.Catalog, prof *
 	return nil
 }
 
-// forwardSets reads forward-pass profiles and groups their points by model shape (model, TP),
-// in the order the shapes first appear: a point's model is its model column unless models
-// names one, its degree its tp column unless tp (> 0) gives it to points without one.
-func forwardSets(paths []string, cat *sim.Catalog, models []string, tp int) ([]calibrate.ForwardSet, error) {
+// forwardSets reads forward-pass profiles of GPU g and groups their points by model shape
+// (model, TP), in the order the shapes first appear: a point's model is its model column unless
+// models names one (which must then agree with a column naming a catalog model), its degree its
+// tp column, or tp (> 0) for points without one, else 1. A gpu column naming another catalog
+// GPU than g is an error.
+func forwardSets(paths []string, cat *sim.Catalog, g *sim.GPU, models []string, tp int) ([]calibrate.ForwardSet, error) {
 	var sets []calibrate.ForwardSet
 	for _, path := range paths {
 		points, err := calibrate.ReadForward(path)
@@ -627,20 +646,32 @@ func forwardSets(paths []string, cat *sim.Catalog, models []string, tp int) ([]c
 			return nil, err
 		}
 		for _, p := range points {
-			name := p.Model
-			if len(models) == 1 {
-				name = models[0]
+			if p.GPU != "" {
+				if pg, err := cat.GPU(p.GPU); err == nil && pg != g {
+					return nil, fmt.Errorf("%s:%d: column \"gpu\" is %s, but --gpu %s", path, p.Line, pg.Name, g.Name)
+				}
 			}
-			if name == "" {
+			var m *sim.Model
+			switch {
+			case len(models) == 1:
+				if m, err = cat.Model(models[0]); err != nil {
+					return nil, err
+				}
+				if p.Model != "" {
+					if pm, err := cat.Model(p.Model); err == nil && pm != m {
+						return nil, fmt.Errorf("%s:%d: column \"model\" is %s, but --model %s", path, p.Line, pm.ID, m.ID)
+					}
+				}
+			case p.Model == "":
 				return nil, fmt.Errorf("%s:%d: column \"model\" is empty: give --model", path, p.Line)
+			default:
+				if m, err = cat.Model(p.Model); err != nil {
+					return nil, fmt.Errorf("%s:%d: column \"model\": %w (or give --model)", path, p.Line, err)
+				}
 			}
-			m, err := cat.Model(name)
-			if err != nil {
-				return nil, fmt.Errorf("%s:%d: column \"model\": %w (or give --model)", path, p.Line, err)
-			}
-			deg := p.TP
+			deg := max(p.TP, 1)
 			if tp > 0 {
-				if p.TP != 1 && p.TP != tp {
+				if p.TP != 0 && p.TP != tp {
 					return nil, fmt.Errorf("%s:%d: column \"tp\" is %d, but --tp %d", path, p.Line, p.TP, tp)
 				}
 				deg = tp

@@ -76,9 +76,23 @@ func TestCalibrateForwardMeasured(t *testing.T) {
 	code, _, errOut = runCLI(append(args, "--fit", "--holdout", "gpus=2")...)
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "--holdout with --forward takes B")
-	code, _, errOut = runCLI("calibrate", "--forward", dir+"h200_llama-3-70b_tp8.csv", "--gpu", "H200", "--tp", "4")
-	assert.Equal(t, 1, code)
-	assert.Contains(t, errOut, `h200_llama-3-70b_tp8.csv:2: column "tp" is 8, but --tp 4`)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"--forward", dir + "h200_llama-3-70b_tp8.csv", "--gpu", "H200", "--tp", "4"}, 1, `h200_llama-3-70b_tp8.csv:2: column "tp" is 8, but --tp 4`},
+		{[]string{"--forward", dir + "h200_llama-3-8b.csv", "--gpu", "H200", "--tp", "8"}, 1, `h200_llama-3-8b.csv:2: column "tp" is 1, but --tp 8`},
+		{[]string{"--forward", dir + "h200_llama-3-70b_tp8.csv", "--gpu", "H200", "--model", "mixtral-8x7b"}, 1, `column "model" is meta-llama/Meta-Llama-3-70B, but --model mistralai/Mixtral-8x7B`},
+		{[]string{"--forward", dir + "h200_llama-3-8b.csv", "--gpu", "H100-80GB"}, 1, `h200_llama-3-8b.csv:2: column "gpu" is H200, but --gpu H100-80GB`},
+		{[]string{"--forward", dir + "h200_llama-3-8b.csv", "--forward", dir + "h200_llama-3-8b.csv", "--gpu", "H200"}, 2, "is given twice"},
+		{[]string{"--forward", dir + "h200_llama-3-8b.csv", "--gpu", "H200", "--fit", "--fit-only", "iteration_overhead_ms"}, 2, "iteration_overhead_ms does not enter a bare forward pass's time"},
+		{[]string{"--forward", dir + "h200_llama-3-8b.csv", "--gpu", "H200", "--gpus", "2"}, 2, "--gpus, --framework and --operators are for --data"},
+	} {
+		code, _, errOut = runCLI(append([]string{"calibrate"}, tc.args...)...)
+		assert.Equal(t, tc.code, code, tc.want)
+		assert.Contains(t, errOut, tc.want)
+	}
 	bad := filepath.Join(t.TempDir(), "bad.csv")
 	require.NoError(t, os.WriteFile(bad, []byte("phase,batch_size,context_len,time_ms,model\ndecode,1,128,5,llama-9\n"), 0o644))
 	code, _, errOut = runCLI("calibrate", "--forward", bad, "--gpu", "H200")

@@ -25,12 +25,13 @@ type ForwardPoint struct {
 	Context int
 	// Seconds is the median time of the forward pass.
 	Seconds float64
-	// Model and GPU name what was measured, as the script recorded them (informational; the
-	// comparison uses the catalog entries it is given).
+	// Model and GPU name what was measured, as the script recorded them: catalog names, or
+	// empty; `mosaic calibrate --forward` takes the model from this column unless told one.
 	Model, GPU string
 	// TP is the tensor-parallel degree whose one-GPU shard ran (column tp, written by
-	// tools/profile_forward.py --tp; 1 without the column): the heads, KV heads, MLP and
-	// vocabulary split TP ways, on one GPU, with no all-reduce.
+	// tools/profile_forward.py --tp): the heads, KV heads, MLP and vocabulary split TP ways,
+	// on one GPU, with no all-reduce. 0 when the file has no tp column (a whole model, unless
+	// the user says otherwise).
 	TP int
 }
 
@@ -101,7 +102,6 @@ func ParseForward(path string, r io.Reader) ([]ForwardPoint, error) {
 			return nil, fmt.Errorf("%s:%d: column \"time_ms\": want a positive number, got %q", path, line, get(rec, "time_ms"))
 		}
 		p.Seconds = ms / 1e3
-		p.TP = 1
 		if _, ok := col["tp"]; ok {
 			v, err := strconv.Atoi(get(rec, "tp"))
 			if err != nil || v <= 0 {
@@ -140,17 +140,11 @@ func (p ForwardPrediction) ErrorPct() float64 { return 100 * (p.Predicted - p.Se
 
 // PredictForward predicts every point with cm's GPU part. With tensor parallelism (cm.TP > 1)
 // the points are one GPU running its shard, as tools/profile_forward.py --tp measures it: the
-// all-reduces, which need the group's other GPUs, are left out of the prediction.
+// all-reduces, which need the group's other GPUs, are left out (CostModel.ShardSeconds).
 func PredictForward(points []ForwardPoint, cm *sim.CostModel) []ForwardPrediction {
 	out := make([]ForwardPrediction, len(points))
 	for i, p := range points {
-		b := ForwardBatch(p)
-		gpu, _ := cm.IterationParts(b)
-		if cm.TP > 1 {
-			_, ar, _ := cm.LinearParts(b)
-			gpu -= ar
-		}
-		out[i] = ForwardPrediction{ForwardPoint: p, Predicted: gpu}
+		out[i] = ForwardPrediction{ForwardPoint: p, Predicted: cm.ShardSeconds(ForwardBatch(p))}
 	}
 	return out
 }
@@ -159,6 +153,11 @@ func PredictForward(points []ForwardPoint, cm *sim.CostModel) []ForwardPredictio
 // forward pass pins the GPU's efficiencies (linear layers on the compute and the weight
 // roofs, attention on the KV-cache roof), not the engine's overheads or memory reserves.
 var ForwardFitParams = []string{"compute_efficiency", "memory_efficiency", "attention_efficiency"}
+
+// ForwardFittable are the coefficients a bare forward pass's time depends on (the others are
+// engine overheads, memory reserves and all-reduce terms).
+var ForwardFittable = []string{"compute_efficiency", "memory_efficiency", "attention_efficiency",
+	"attention_compute_efficiency", "layer_latency_us", "launch_floor_ms", "paged_attention_v1_factor"}
 
 // ForwardSet is the forward points of one model shape: the model at tensor-parallel degree TP,
 // whose one-GPU shard ran when TP > 1.
@@ -170,8 +169,8 @@ type ForwardSet struct {
 
 // FitForward fits the efficiencies of GPU g to the forward points of sets, minimising the mean
 // absolute percentage error of PredictForward over all their points, from start. It varies
-// ForwardFitParams, and layer_latency_us when the points span two or more shapes (one
-// shape's cannot tell it from memory_efficiency), or opts.Only when given; opts.Also beside
+// ForwardFitParams, and layer_latency_us when the points span two or more shapes (one shape's
+// pin it only weakly against memory_efficiency), or opts.Only when given; opts.Also beside
 // them (attention_compute_efficiency, say, for long prefills).
 func FitForward(sets []ForwardSet, g *sim.GPU, start sim.Coefficients, opts FitOptions) (FitResult, error) {
 	n := 0
@@ -189,8 +188,10 @@ func FitForward(sets []ForwardSet, g *sim.GPU, start sim.Coefficients, opts FitO
 		}
 	}
 	if shapes > 1 {
-		// One shape's points cannot tell a fixed time per layer from slower weight streaming
-		// (both are the same at every batch); shapes of different layer counts and sizes can.
+		// A fixed time per layer and slower weight streaming add the same time to every
+		// weight-bound point of one shape, so one shape's points tell them apart only through
+		// its compute-bound ones (on the H200's Llama-3-8B points alone, the fit drives
+		// memory_efficiency to its bound); shapes of different layer counts and sizes pin both.
 		names = append(names[:len(names):len(names)], "layer_latency_us")
 	}
 	return minimizeNamed(names, opts, start, func(coef sim.Coefficients) float64 {
