@@ -13,7 +13,7 @@ VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 COMMIT    := $(shell git rev-parse HEAD 2>/dev/null)
 BIN       := bin/mosaic
 
-.PHONY: all deps node-deps build run test bench fuzz lint profile profile-tp paper sensitivity clean
+.PHONY: all deps node-deps ollama build run test bench fuzz lint profile profile-tp paper sensitivity clean
 
 all: build
 
@@ -42,6 +42,26 @@ node-deps:
 			echo "npm ci failed: the openai client test will skip" >&2; \
 	else echo "npm not found: the openai client test will skip" >&2; fi
 
+# Ollama, an inference server this project did not write (it vendors llama.cpp), built from
+# the Go module proxy for replay's real-engine test (cmd/mosaic/ollama_test.go). The proxy's
+# module zips drop vendored folders: Debian supplies the two headers v0.6.5 then lacks. The
+# build takes about 5 minutes on 2 cores, once; without it the test skips and says why.
+OLLAMA_VERSION := v0.6.5
+OLLAMA := bin/ollama
+ollama:
+	@if [ -x $(OLLAMA) ] && $(GO) version -m $(OLLAMA) 2>/dev/null | grep -q "mod.*github.com/ollama/ollama.*$(OLLAMA_VERSION)"; then :; else \
+		echo "building ollama $(OLLAMA_VERSION) (CPU only; about 5 minutes on 2 cores) ..." >&2; \
+		if [ ! -f /usr/include/nlohmann/json.hpp ] || [ ! -f /usr/include/stb/stb_image.h ]; then \
+			SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+			$$SUDO apt-get install -y -qq nlohmann-json3-dev libstb-dev >/dev/null 2>&1 || \
+			{ $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq nlohmann-json3-dev libstb-dev; } || true; \
+		fi; \
+		mkdir -p bin && env -u GOFLAGS -u CGO_CFLAGS -u CGO_LDFLAGS GOBIN=$(abspath bin) \
+			$(GO) install -ldflags "-X github.com/ollama/ollama/version.Version=$(OLLAMA_VERSION:v%=%)" \
+			github.com/ollama/ollama@$(OLLAMA_VERSION) || \
+			echo "ollama did not build: the replay test against it will skip and say why" >&2; \
+	fi
+
 build: deps
 	$(GO) build -ldflags "-X main.version=$(VERSION) -X main.commitFlag=$(COMMIT)" -o $(BIN) ./cmd/mosaic
 
@@ -49,7 +69,7 @@ build: deps
 run: build
 	./$(BIN) sim
 
-test: deps node-deps
+test: deps node-deps ollama
 	$(GO) vet ./...
 	$(GO) test -count=1 ./...
 

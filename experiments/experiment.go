@@ -393,6 +393,10 @@ type Replay struct {
 	// Retries is how many times a call that failed for a retryable reason (a refused
 	// connection, a stream cut short, HTTP 5xx) is sent again before it is recorded failed.
 	Retries *int `toml:"retries"`
+	// RetryBackoff is the wait before a call's first retry, doubling for each further one, in
+	// the experiment's time (real time divided by time_scale; default "0.5s"). calls.csv
+	// records each call's attempts and the time they lost (retry_lost_s).
+	RetryBackoff time.Duration `toml:"retry_backoff"`
 	// OnDeadWorker is "stop" (default) or "continue".
 	OnDeadWorker string `toml:"on_dead_worker"`
 	// APIKeyEnv names the environment variable holding the servers' API key.
@@ -411,6 +415,17 @@ type Replay struct {
 	// to tell when its calls leave the waiting queue (calls.csv start_s; default "0.5s";
 	// "0s": start_s is the send time).
 	AdmissionPoll *time.Duration `toml:"admission_poll"`
+	// API is the servers' protocol: "openai" (vLLM's OpenAI-compatible server or `mosaic
+	// emulate`; default) or "ollama" (attached `ollama serve` endpoints, one per worker, whose
+	// models are loaded and unloaded through Ollama's API and prompted with text).
+	API string `toml:"api"`
+	// PromptWords is how many distinct words w0, w1, ... the text prompts of the ollama API
+	// draw from (default 256): each must be one token of the served models.
+	PromptWords int `toml:"prompt_words"`
+	// ResetPrefixCache asks each attached server to drop its prefix cache (POST
+	// /reset_prefix_cache, which vLLM offers with VLLM_SERVER_DEV_MODE=1) before each policy
+	// uses it, besides the cache salt every request carries (default true).
+	ResetPrefixCache *bool `toml:"reset_prefix_cache"`
 }
 
 // ReplayEndpoint attaches a worker, or one model of a worker, to a running server.

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
-	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -14,29 +14,18 @@ import (
 	"math"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/mosaic-sched/mosaic/internal/resultsdir"
+	"github.com/mosaic-sched/mosaic/internal/snakejson"
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/replay"
 	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/traces"
 )
-
-// ReplayOptions says where a replay writes and whether it resumes.
-type ReplayOptions struct {
-	Dir    string
-	Resume bool
-	Info   RunInfo
-	Host   HostInfo
-	// Telemetry, when set, starts GPU telemetry writing to the given file; it returns a stop
-	// function (nil when telemetry is off or unavailable).
-	Telemetry func(path string, start time.Time, scale float64, every time.Duration) (stop func())
-}
 
 // replayConfig validates [replay] and builds the backend configuration.
 func (r *Resolved) replayConfig() (replay.Config, error) {
@@ -167,6 +156,32 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 			return cfg, e.errorf("replay."+name, "%v is too short; write a duration with its unit, e.g. \"600s\"", d)
 		}
 	}
+	if rp.RetryBackoff < 0 || (rp.RetryBackoff == 0 && e.has("replay.retry_backoff")) || (rp.RetryBackoff > 0 && rp.RetryBackoff < time.Millisecond) {
+		return cfg, e.errorf("replay.retry_backoff", "%v is not a duration of at least 1ms; write it with its unit, e.g. \"0.5s\"", rp.RetryBackoff)
+	}
+	cfg.RetryBackoff = rp.RetryBackoff
+	switch replay.API(rp.API) {
+	case "", replay.APIOpenAI:
+		cfg.API = replay.APIOpenAI
+	case replay.APIOllama:
+		cfg.API = replay.APIOllama
+		if len(rp.Endpoints) == 0 {
+			return cfg, e.errorf("replay.api", "ollama replays attached servers: list each worker's `ollama serve` in [[replay.endpoint]] tables (worker, url)")
+		}
+	default:
+		return cfg, e.errorf("replay.api", "unknown API %q (known: openai, ollama)", rp.API)
+	}
+	if rp.PromptWords < 0 || (rp.PromptWords > 0 && rp.PromptWords < 2) || (rp.PromptWords == 0 && e.has("replay.prompt_words")) {
+		return cfg, e.errorf("replay.prompt_words", "must be at least 2, got %d", rp.PromptWords)
+	}
+	if rp.PromptWords > 0 && cfg.API != replay.APIOllama {
+		return cfg, e.errorf("replay.prompt_words", "only text prompts (api = \"ollama\") draw words; the openai API sends token IDs")
+	}
+	cfg.PromptWords = rp.PromptWords
+	cfg.ResetPrefixCache = len(cfg.Endpoints) > 0 && cfg.API == replay.APIOpenAI
+	if rp.ResetPrefixCache != nil {
+		cfg.ResetPrefixCache = *rp.ResetPrefixCache && len(cfg.Endpoints) > 0
+	}
 	if rp.APIKeyEnv != "" {
 		cfg.APIKey = os.Getenv(rp.APIKeyEnv)
 		if cfg.APIKey == "" {
@@ -233,92 +248,92 @@ func (r *Resolved) ValidateReplay() error {
 	return err
 }
 
+// ReplayOptions says where a replay writes, whether it resumes, and how it reports.
+type ReplayOptions struct {
+	Dir    string
+	Resume bool
+	// AllowFailedCalls computes a policy's figures over the queries that completed under
+	// every policy when some of its calls failed (status partial) instead of leaving them out
+	// (status failed).
+	AllowFailedCalls bool
+	// Command describes this process for the results folder's lock ("mosaic replay ...").
+	Command string
+	Info    RunInfo
+	Host    HostInfo
+	// Telemetry, when set, starts GPU telemetry writing to the given file; it returns a stop
+	// function (nil when telemetry is off or unavailable).
+	Telemetry func(path string, start time.Time, scale float64, every time.Duration) (stop func())
+	// Progress, when set, is told of each policy's calls as they finish.
+	Progress Progress
+}
+
 // resumeState is what an interrupted replay left behind.
 type resumeState struct {
 	summaries map[string]traces.SummaryRow // completed policies, every call done
-	done      map[string]map[int]policies.CallTiming
-	offset    map[string]time.Duration // when the interrupted policy's last recorded call ended
-	info      replayInfo               // the run.json of the interrupted run
+	// rows are the calls done in the interrupted run, by policy and call ID: their rows are
+	// kept as they were measured.
+	rows   map[string]map[int]traces.CallRow
+	done   map[string]map[int]policies.CallTiming
+	offset map[string]time.Duration // when the interrupted policy's last recorded call ended
+	info   replayInfo               // the run.json of the interrupted run
 }
 
 func newResumeState() *resumeState {
-	return &resumeState{summaries: map[string]traces.SummaryRow{}, done: map[string]map[int]policies.CallTiming{}, offset: map[string]time.Duration{}}
+	return &resumeState{summaries: map[string]traces.SummaryRow{}, rows: map[string]map[int]traces.CallRow{},
+		done: map[string]map[int]policies.CallTiming{}, offset: map[string]time.Duration{}}
 }
 
 // readResume reads what an interrupted replay in dir measured, with the strict readers of the
-// results files (a malformed line is an error naming the file, line and column), and makes the
-// files ready to be appended to: calls.csv loses a line torn by the interruption, and the rows
-// of policies that run again are dropped.
-func readResume(dir string, r *Resolved) (*resumeState, error) {
+// results files (a malformed line is an error naming the file, line and column; a line torn by
+// the interruption is cut off). A policy whose summary row is not "ok" runs again: its done
+// calls are kept, the rest sent again.
+func readResume(dir *resultsdir.Dir, r *Resolved) (*resumeState, error) {
 	st := newResumeState()
-	data, err := os.ReadFile(filepath.Join(dir, "run.json"))
+	data, err := os.ReadFile(dir.File("run.json"))
 	if err != nil {
-		return nil, fmt.Errorf("--resume: %w (nothing to resume in %s)", err, dir)
+		return nil, fmt.Errorf("--resume: %w (nothing to resume in %s)", err, dir.Path())
 	}
 	var info replayInfo
 	if err := json.Unmarshal(data, &info); err != nil {
-		return nil, fmt.Errorf("--resume: %s/run.json: %w", dir, err)
+		return nil, fmt.Errorf("--resume: %s: %w", dir.File("run.json"), err)
 	}
 	if info.Mode != "replay" || info.Seed != uint64(r.Seed) || info.Experiment == nil || info.Experiment.Name != r.Name {
-		return nil, fmt.Errorf("--resume: %s holds a %s run of %q (seed %d), not a replay of %q (seed %d)", dir, info.Mode, nameOf(info.Experiment), info.Seed, r.Name, r.Seed)
+		return nil, fmt.Errorf("--resume: %s holds a %s run of %q (seed %d), not a replay of %q (seed %d)", dir.Path(), info.Mode, nameOf(info.Experiment), info.Seed, r.Name, r.Seed)
 	}
 	fp, err := r.fingerprint()
 	if err != nil {
 		return nil, fmt.Errorf("--resume: %w", err)
 	}
 	if info.Fingerprint != fp {
-		return nil, fmt.Errorf("--resume: the experiment differs from the one %s was started with (the workload, models, cluster or policies changed): resume with the same file and overrides, or start a new folder", dir)
+		return nil, fmt.Errorf("--resume: the experiment differs from the one %s was started with (the workload, models, cluster or policies changed): resume with the same file and overrides, or start a new folder", dir.Path())
 	}
 	st.info = info
-	// summary.csv is written whole (renamed into place) when a policy ends: absent, no policy
-	// ended. A policy that ended with failed calls is not finished: it runs again, its done
-	// calls kept and its failed ones sent again.
-	rerun := map[string]bool{}
-	summary := filepath.Join(dir, "summary.csv")
-	if rows, err := traces.ReadSummaryCSV(summary); err == nil {
-		for _, row := range rows {
-			if row.FailedCalls > 0 {
-				rerun[row.Policy] = true
-				slog.Warn("--resume: the policy ended with failed calls: running them again", "policy", row.Policy, "failed_calls", row.FailedCalls)
-				continue
-			}
-			st.summaries[row.Policy] = row
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("--resume: %w", err)
-	}
-	drop := func(policy string) bool { return rerun[policy] }
-	// Their rows go from the files written when a policy ends.
-	if _, err := rewriteRows(filepath.Join(dir, "workers.csv"), traces.ReadWorkersCSV, traces.WorkerHeader,
-		func(w traces.WorkerRow) bool { return drop(w.Policy) }); err != nil {
-		return nil, fmt.Errorf("--resume: %w", err)
-	}
-	if _, err := rewriteRows(filepath.Join(dir, "queries.csv"), traces.ReadQueriesCSV, traces.QueryHeader,
-		func(q traces.QueryRow) bool { return drop(q.Policy) }); err != nil {
-		return nil, fmt.Errorf("--resume: %w", err)
-	}
-	// calls.csv is appended a line per call: the interruption may have torn its last line.
-	path := filepath.Join(dir, "calls.csv")
-	if torn, err := trimTornLine(path); err != nil {
-		return nil, fmt.Errorf("--resume: %w", err)
-	} else if torn {
-		slog.Warn("--resume: dropped the torn last line of calls.csv (the interrupted run died while writing it)", "file", path)
-	}
-	// A rerun policy's calls that did not finish are sent again: their new rows replace these.
-	rows, err := rewriteRows(path, traces.ReadCallsCSV, traces.CallHeader,
-		func(c traces.CallRow) bool { return drop(c.Policy) && c.Status != "done" })
+	summaries, err := resultsdir.Rows(dir, resultsdir.Summary)
 	if err != nil {
 		return nil, fmt.Errorf("--resume: %w", err)
 	}
-	for _, c := range rows {
-		if c.Status != "done" {
+	for _, row := range summaries {
+		if row.Status != traces.StatusOK || row.FailedCalls > 0 {
+			slog.Warn("--resume: the policy ended with failed calls: running them again", "policy", row.Policy, "failed_calls", row.FailedCalls)
 			continue
+		}
+		st.summaries[row.Policy] = row
+	}
+	calls, err := resultsdir.Rows(dir, resultsdir.Calls)
+	if err != nil {
+		return nil, fmt.Errorf("--resume: %w", err)
+	}
+	for _, c := range calls {
+		if c.Status != "done" {
+			continue // sent again; its new row supersedes this one
 		}
 		if st.done[c.Policy] == nil {
 			st.done[c.Policy] = map[int]policies.CallTiming{}
+			st.rows[c.Policy] = map[int]traces.CallRow{}
 		}
 		t := policies.CallTiming{Started: fromSeconds(c.StartS), FirstToken: fromSeconds(c.FirstTokenS), End: fromSeconds(c.EndS), Preemptions: c.Preemptions}
 		st.done[c.Policy][c.Call] = t
+		st.rows[c.Policy][c.Call] = c
 		st.offset[c.Policy] = max(st.offset[c.Policy], t.End)
 	}
 	return st, nil
@@ -327,48 +342,48 @@ func readResume(dir string, r *Resolved) (*resumeState, error) {
 // fromSeconds converts a results file's seconds to a Duration, rounded to the nanosecond.
 func fromSeconds(s float64) time.Duration { return time.Duration(math.Round(s * 1e9)) }
 
-// rewriteRows reads a results CSV with its strict reader and, when drop removes any row,
-// rewrites it without them (through a file renamed into place). It returns the rows kept; a
-// missing file is left missing and has none.
-func rewriteRows[R traces.Recorder](path string, read func(string) ([]R, error), header []string, drop func(R) bool) ([]R, error) {
-	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	rows, err := read(path)
-	if err != nil {
-		return nil, err
-	}
-	kept := slices.DeleteFunc(slices.Clone(rows), drop)
-	if len(kept) == len(rows) {
-		return rows, nil
-	}
-	return kept, writeCSVFile(path, header, slices.Values(kept))
-}
-
-// trimTornLine cuts a file appended line by line back to its last complete line (ending in a
-// newline), as a process killed in the middle of a write leaves it; it reports whether it cut.
-func trimTornLine(path string) (bool, error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) || len(data) == 0 || data[len(data)-1] == '\n' {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return true, os.Truncate(path, int64(bytes.LastIndexByte(data, '\n')+1))
-}
-
-// replayInfo is a replay's run.json: RunInfo and the servers it measured.
+// replayInfo is a replay's run.json: RunInfo, the servers it measured and what each policy's
+// measurement rests on.
 type replayInfo struct {
 	RunInfo
+	// Engine names the servers measured ("mosaic emulate 1.2", "vLLM 0.11.0", "Ollama 0.6.5")
+	// and Hardware the cluster they stand for.
+	Engine   string `json:"engine"`
+	Hardware string `json:"hardware"`
 	// Servers are the inference servers the replay used, with the version each reported.
 	Servers []replay.ServerInfo `json:"servers"`
+	// Replayed says, per policy, how its measurement was made.
+	Replayed []PolicyReplay `json:"replayed,omitempty"`
+}
+
+// PolicyReplay is how one policy was replayed, in run.json.
+type PolicyReplay struct {
+	Policy string `json:"policy"`
+	// Runs counts the replay invocations that measured the policy's calls (2 or more: its
+	// makespan spans an interruption and --resume).
+	Runs int `json:"runs"`
+	// CacheSalt is the cache_salt its requests carried, and Servers the servers it used, with
+	// how each one's prefix cache was emptied before it (ServerInfo.CacheReset).
+	CacheSalt string              `json:"cache_salt,omitempty"`
+	Servers   []replay.ServerInfo `json:"servers,omitempty"`
+	// HostLag is what the replaying host's own delays cost the measurement.
+	HostLag replay.HostLag `json:"host_lag"`
+	// PrefixCache is what the servers' prefix caches served the policy's calls (their
+	// /metrics counters), and PrefixCacheHitPct the share of its prompt tokens they served
+	// (absent when the servers do not count).
+	PrefixCache       replay.PrefixCache `json:"prefix_cache"`
+	PrefixCacheHitPct *float64           `json:"prefix_cache_hit_pct,omitempty"`
+	// Retries counts the attempts of calls after their first; FailedCalls the calls that
+	// failed for good.
+	Retries     int `json:"retries"`
+	FailedCalls int `json:"failed_calls"`
 }
 
 // addServers merges the servers of one policy's run into the list, sorted by worker, model
 // and version.
 func addServers(list []replay.ServerInfo, more []replay.ServerInfo) []replay.ServerInfo {
 	for _, s := range more {
+		s.CacheReset = "" // per policy, in Replayed
 		if !slices.Contains(list, s) {
 			list = append(list, s)
 		}
@@ -386,49 +401,51 @@ func nameOf(e *Experiment) string {
 	return e.Name
 }
 
-// appender appends CSV rows to a file and flushes after each, so a crash loses nothing
-// already written.
-type appender struct {
-	mu sync.Mutex
-	f  *os.File
-	w  *csv.Writer
-}
+// resultFiles are the files a replay writes into its folder, removed when a new run reuses a
+// folder whose earlier run measured nothing.
+var resultFiles = []string{"calls.csv", "queries.csv", "workers.csv", "summary.csv", "run.json", "host.json", "gpus.csv"}
 
-func openAppender(path string, header []string) (*appender, error) {
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	a := &appender{f: f, w: csv.NewWriter(f)}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	if st.Size() == 0 {
-		if err := a.write(header); err != nil {
-			f.Close()
-			return nil, err
+// hasResults reports whether a results folder holds anything measured: a summary row or a
+// call's row.
+func hasResults(dir *resultsdir.Dir) (bool, error) {
+	for _, name := range []string{"summary.csv", "calls.csv"} {
+		data, err := os.ReadFile(dir.File(name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return false, err
+		}
+		// More than a header line.
+		if i := bytes.IndexByte(data, '\n'); i >= 0 && len(bytes.TrimSpace(data[i+1:])) > 0 {
+			return true, nil
 		}
 	}
-	return a, nil
+	return false, nil
 }
 
-func (a *appender) write(rec []string) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if err := a.w.Write(rec); err != nil {
-		return err
+// cacheSalt is the cache_salt of one policy's requests in one run: the run's nonce and the
+// policy, so that no policy, of this run or another, is served from blocks another computed.
+func cacheSalt(nonce, policy string) string {
+	sum := sha256.Sum256([]byte(nonce + "\x00" + policy))
+	return "mosaic-" + hex.EncodeToString(sum[:12])
+}
+
+// newNonce is a random identifier of one replay invocation.
+func newNonce() string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return strconv.FormatInt(time.Now().UnixNano(), 16)
 	}
-	a.w.Flush()
-	return a.w.Error()
+	return hex.EncodeToString(b[:])
 }
-
-func (a *appender) Close() error { return a.f.Close() }
 
 // Replay runs the experiment's policies one after another on real (or emulated) servers,
-// writing calls.csv as calls complete, and workers.csv and summary.csv as each policy ends.
-// With Resume it skips the policies a previous run finished and the calls it completed.
+// holding the results folder's lock: calls.csv grows as calls complete, and when a policy ends
+// its rows of calls.csv, queries.csv and workers.csv are made exactly its final records and
+// summary.csv is rewritten. With Resume it skips the policies a previous run finished and the
+// calls it completed. A policy with failed calls gets status failed (no speedup or accuracy for
+// or against it) unless AllowFailedCalls, and the run's error is then ErrFailedCalls.
 func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) {
 	m := r.Graph
 	if m == nil {
@@ -444,43 +461,55 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 	if cmd := cfg.Command; len(cfg.Endpoints) == 0 && cmd != "" && !strings.Contains(cmd, "{prefix_caching}") && !strings.Contains(cmd, "prefix-caching") {
 		slog.Warn("[replay] command sets no prefix caching (add {prefix_caching}): the servers keep their own default (vLLM V1: on), whatever [replay] prefix_caching says")
 	}
-	if err := os.MkdirAll(opt.Dir, 0o755); err != nil {
+	dir, err := resultsdir.Open(opt.Dir, opt.Command)
+	if err != nil {
 		return nil, err
 	}
+	defer dir.Close()
 	state := newResumeState()
 	if opt.Resume {
-		if state, err = readResume(opt.Dir, r); err != nil {
+		if state, err = readResume(dir, r); err != nil {
 			return nil, err
 		}
-	} else if _, err := os.Stat(filepath.Join(opt.Dir, "calls.csv")); err == nil {
+	} else if has, err := hasResults(dir); err != nil {
+		return nil, err
+	} else if has {
 		return nil, fmt.Errorf("%s already holds results: use --resume to continue them, or another folder", opt.Dir)
+	} else if err := dir.Remove(resultFiles...); err != nil {
+		return nil, err // an earlier run that measured nothing: start afresh
 	}
-	cfg.LogDir = filepath.Join(opt.Dir, "logs")
+	// Before anything is measured: every attached server answers (a wrong URL fails here,
+	// within the connect timeout, naming the URL and the cause).
+	if len(cfg.Endpoints) > 0 {
+		probe, err := replay.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		err = probe.Preflight(ctx)
+		probe.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", r.File(), err)
+		}
+	}
+	cfg.LogDir = dir.File("logs")
 	info := r.runInfo("replay", opt.Info)
 	if info.Fingerprint, err = r.fingerprint(); err != nil {
 		return nil, err
 	}
-	rinfo := replayInfo{RunInfo: info}
+	rinfo := replayInfo{RunInfo: info, Hardware: r.ClusterString()}
 	if opt.Resume {
 		rinfo = state.info // what the run was started with, and the servers it used so far
-	} else if err := writeJSON(filepath.Join(opt.Dir, "run.json"), rinfo); err != nil {
+	}
+	writeInfo := func() error {
+		data, err := snakejson.MarshalIndent(rinfo, "", "  ")
+		if err != nil {
+			return fmt.Errorf("writing run.json: %w", err)
+		}
+		return dir.WriteBytes("run.json", append(data, '\n'))
+	}
+	if err := writeInfo(); err != nil {
 		return nil, err
 	}
-	calls, err := openAppender(filepath.Join(opt.Dir, "calls.csv"), traces.CallHeader)
-	if err != nil {
-		return nil, err
-	}
-	defer calls.Close()
-	workers, err := openAppender(filepath.Join(opt.Dir, "workers.csv"), traces.WorkerHeader)
-	if err != nil {
-		return nil, err
-	}
-	defer workers.Close()
-	queries, err := openAppender(filepath.Join(opt.Dir, "queries.csv"), traces.QueryHeader)
-	if err != nil {
-		return nil, err
-	}
-	defer queries.Close()
 	start := time.Now()
 	if opt.Telemetry != nil {
 		every := time.Second
@@ -488,14 +517,16 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 			every = *t
 		}
 		if every > 0 {
-			if stop := opt.Telemetry(filepath.Join(opt.Dir, "gpus.csv"), start, max(cfg.TimeScale, 1e-9), every); stop != nil {
+			if stop := opt.Telemetry(dir.File("gpus.csv"), start, max(cfg.TimeScale, 1e-9), every); stop != nil {
 				defer stop()
 			}
 		}
 	}
+	nonce := newNonce()
 	run := &Run{Experiment: r, Mode: "replay"}
 	infos := r.ModelInfos()
 	var rows []traces.SummaryRow
+	results := map[string]*policies.Result{}
 	for _, p := range m.Policies {
 		if row, ok := state.summaries[p.Label]; ok {
 			slog.Info("policy already replayed, skipping", "policy", p.Label)
@@ -505,13 +536,19 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 		pcfg := cfg
 		finished := state.done[p.Label]
 		pcfg.Finished = finished
+		pr := policyReplay(&rinfo, p.Label)
+		prevRuns := pr.Runs
+		pr.Runs = 1
 		if len(finished) > 0 {
 			// The resumed run's clock continues where the interrupted one's last recorded call
 			// ended; the calls in flight then are served again.
 			pcfg.TimeOffset = state.offset[p.Label]
-			slog.Warn("resuming an interrupted policy: its makespan spans two runs (the calls in flight at the interruption are served again)",
-				"policy", p.Label, "calls_done_before", len(finished), "clock_resumes_at_s", pcfg.TimeOffset.Seconds())
+			pr.Runs = max(prevRuns, 1) + 1
+			slog.Warn("resuming an interrupted policy: its makespan spans runs (the calls in flight at the interruption are served again; summary.csv counts its runs)",
+				"policy", p.Label, "calls_done_before", len(finished), "clock_resumes_at_s", pcfg.TimeOffset.Seconds(), "runs", pr.Runs)
 		}
+		pcfg.CacheSalt = cacheSalt(nonce, p.Label)
+		pr.CacheSalt = pcfg.CacheSalt
 		// A call's row is written as it completes; a row that cannot be written stops the
 		// policy, since going on would measure what the results would not hold.
 		pctx, stop := context.WithCancel(ctx)
@@ -523,8 +560,7 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 			if c.Status == "failed" {
 				slog.Error("call failed", "policy", p.Label, "err", c.Err)
 			}
-			row := CallRow(p.Label, c)
-			if err := calls.write(row.Record()); err != nil {
+			if err := resultsdir.Append(dir, resultsdir.Calls, CallRow(p.Label, c)); err != nil {
 				writeErr = fmt.Errorf("%s: writing calls.csv: %w", p.Label, err)
 				stop()
 			}
@@ -544,54 +580,200 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 		d.CallDone = record
 		d.SetEarlyExit(p.Exit)
 		d.SetOverlap(p.Overlap)
+		if opt.Progress != nil {
+			d.Progress = func(done, total int) { opt.Progress(p.Label, done, total) }
+			opt.Progress(p.Label, 0, m.Workload.NumCalls()) // the policy starts
+		}
 		slog.Info("replaying", "policy", p.Label, "cluster", r.ClusterString(), "resumed_calls", len(finished))
 		res, err := d.Run(pctx)
 		be.Close()
 		stop()
-		if writeErr != nil {
-			return nil, fmt.Errorf("%w (the results so far are in %s)", writeErr, opt.Dir)
+		pr.HostLag = be.HostLag()
+		pr.PrefixCache = be.PrefixCache()
+		if pct := pr.PrefixCache.HitPct(); !math.IsNaN(pct) {
+			pct = round2(pct)
+			pr.PrefixCacheHitPct = &pct
 		}
 		// run.json names the servers measured (their versions), as soon as they are known.
 		if more := be.Servers(); len(more) > 0 {
 			rinfo.Servers = addServers(rinfo.Servers, more)
-			if werr := writeJSON(filepath.Join(opt.Dir, "run.json"), rinfo); werr != nil {
-				slog.Error("writing run.json", "err", werr)
-			}
+			pr.Servers = more
+			rinfo.Engine = engineName(rinfo.Servers, cfg.API)
+		}
+		if werr := writeInfo(); werr != nil {
+			slog.Error("writing run.json", "err", werr)
+		}
+		if writeErr != nil {
+			return nil, fmt.Errorf("%w (the results so far are in %s)", writeErr, opt.Dir)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w (the results so far are in %s; rerun with --resume to continue)", p.Label, err, opt.Dir)
 		}
 		res.Policy = p.Label
-		for _, wr := range WorkerRows([]*policies.Result{res}) {
-			if err := workers.write(wr.Record()); err != nil {
-				return nil, err
+		// The policy's rows are now exactly its final records: a call done in the interrupted
+		// run keeps the row measured then, and rows that no longer hold (a failed attempt's
+		// row beside the call's new one, an aggregator the rerun skipped) go.
+		callRows := make([]traces.CallRow, 0, len(res.Calls))
+		for _, c := range res.Calls {
+			if old, ok := state.rows[p.Label][c.Call.ID]; ok {
+				callRows = append(callRows, old)
+				continue
 			}
+			callRows = append(callRows, CallRow(p.Label, c))
 		}
-		for _, qr := range QueryRows(m.Workload, m.SLO, []*policies.Result{res}) {
-			if err := queries.write(qr.Record()); err != nil {
-				return nil, err
-			}
+		if err := resultsdir.Supersede(dir, resultsdir.Calls, p.Label, callRows); err != nil {
+			return nil, err
+		}
+		if err := resultsdir.Supersede(dir, resultsdir.Workers, p.Label, WorkerRows([]*policies.Result{res})); err != nil {
+			return nil, err
+		}
+		if err := resultsdir.Supersede(dir, resultsdir.Queries, p.Label, QueryRows(m.Workload, m.SLO, []*policies.Result{res})); err != nil {
+			return nil, err
 		}
 		run.Results = append(run.Results, res)
 		run.Policies = append(run.Policies, pol)
-		rows = append(rows, summaryRow(r.Name, "replay", uint64(r.Seed), m.SLO, res))
-		if err := writeSummary(opt.Dir, rows); err != nil {
+		results[p.Label] = res
+		row := summaryRow(r.Name, "replay", uint64(r.Seed), m.SLO, res)
+		row.Runs, row.HostLagPct = pr.Runs, pr.HostLag.Pct
+		pr.Retries, pr.FailedCalls = row.Retries, row.FailedCalls
+		if pr.HostLag.Over() {
+			slog.Warn("the host could not keep up: its own delays stretched the measured times",
+				"policy", p.Label, "host_lag_pct", round2(pr.HostLag.Pct), "threshold_pct", replay.HostLagThresholdPct,
+				"mean_dispatch_ms", pr.HostLag.MeanDispatchMS, "time_scale", cfg.TimeScale, "a_time_scale_that_fits", round2(pr.HostLag.FitTimeScale))
+		}
+		rows = append(rows, row)
+		if err := writeInfo(); err != nil {
+			return nil, err
+		}
+		if err := writeReplaySummary(dir, m.Workload, rows, results, opt.AllowFailedCalls); err != nil {
 			return nil, err
 		}
 	}
-	run.Summaries = rows
-	host := opt.Host
-	host.WallS = time.Since(start).Seconds()
-	if err := writeJSON(filepath.Join(opt.Dir, "host.json"), host); err != nil {
+	final, err := resultsdir.Rows(dir, resultsdir.Summary)
+	if err != nil {
 		return nil, err
 	}
-	return run, writeSummary(opt.Dir, rows)
+	run.Summaries = final
+	run.Replayed = rinfo.Replayed
+	run.Engine, run.Hardware = rinfo.Engine, rinfo.Hardware
+	host := opt.Host
+	host.WallS = time.Since(start).Seconds()
+	data, err := snakejson.MarshalIndent(host, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := dir.WriteBytes("host.json", append(data, '\n')); err != nil {
+		return nil, err
+	}
+	for _, row := range final {
+		if row.Status == traces.StatusFailed {
+			return run, ErrFailedCalls
+		}
+	}
+	return run, nil
 }
 
-// writeSummary sets the rows' speedups over the first and writes summary.csv.
-func writeSummary(dir string, rows []traces.SummaryRow) error {
-	setSpeedups(rows)
-	return writeCSVFile(filepath.Join(dir, "summary.csv"), traces.SummaryHeader, slices.Values(rows))
+// ErrFailedCalls is Replay's error when a policy's calls failed and AllowFailedCalls is off:
+// the results are written, with status failed on those policies.
+var ErrFailedCalls = errors.New("calls failed")
+
+func round2(f float64) float64 { return math.Round(f*100) / 100 }
+
+// policyReplay returns run.json's entry of policy, added if missing.
+func policyReplay(info *replayInfo, policy string) *PolicyReplay {
+	for i := range info.Replayed {
+		if info.Replayed[i].Policy == policy {
+			return &info.Replayed[i]
+		}
+	}
+	info.Replayed = append(info.Replayed, PolicyReplay{Policy: policy})
+	return &info.Replayed[len(info.Replayed)-1]
+}
+
+// engineName names the engine the servers are, from the versions they reported.
+func engineName(servers []replay.ServerInfo, api replay.API) string {
+	var names []string
+	for _, s := range servers {
+		name := s.Version
+		switch {
+		case name == "" && api == replay.APIOllama:
+			name = "Ollama (version unknown)"
+		case name == "":
+			name = "an OpenAI-compatible server (version unknown)"
+		case strings.HasPrefix(name, "mosaic-emulate"):
+			name = strings.TrimSpace("mosaic emulate " + strings.TrimLeft(strings.TrimPrefix(name, "mosaic-emulate"), "/"))
+		case api == replay.APIOllama:
+			name = "Ollama " + name
+		default:
+			name = "vLLM " + name
+		}
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// writeReplaySummary computes the rows' status and speedups and writes summary.csv. A row with
+// failed calls has status failed, and no speedup or accuracy is computed for it or against
+// it, unless allowFailed: then every policy measured in this run is summarised over the
+// queries that completed (no call failed) under all of them, with status partial.
+func writeReplaySummary(dir *resultsdir.Dir, wl *traces.Workload, rows []traces.SummaryRow, results map[string]*policies.Result, allowFailed bool) error {
+	out := slices.Clone(rows)
+	if allowFailed {
+		keep := completedQueries(len(wl.Queries), results)
+		if slices.Contains(keep, false) {
+			always := alwaysAggregate(wl, keep)
+			for i, row := range out {
+				res := results[row.Policy]
+				if res == nil {
+					continue // finished by an earlier run, over every query: no speedup against the others
+				}
+				nr := summaryRow(row.Experiment, row.Mode, row.Seed, policies.SLO{}, res.Restrict(keep, always))
+				nr.FailedCalls, nr.Retries, nr.Runs, nr.HostLagPct = row.FailedCalls, row.Retries, row.Runs, row.HostLagPct
+				nr.Status = traces.StatusPartial
+				out[i] = nr
+			}
+		}
+	}
+	setSpeedups(out)
+	return resultsdir.Write(dir, resultsdir.Summary, slices.Values(out))
+}
+
+// completedQueries marks the queries none of whose calls failed under any of the results.
+func completedQueries(n int, results map[string]*policies.Result) []bool {
+	keep := make([]bool, n)
+	for i := range keep {
+		keep[i] = true
+	}
+	for _, res := range results {
+		for _, c := range res.Calls {
+			if c.Status == "failed" {
+				keep[c.Call.Query] = false
+			}
+		}
+	}
+	return keep
+}
+
+// alwaysAggregate is the accuracy of always aggregating over the kept queries with a gold
+// answer (NaN when none has one).
+func alwaysAggregate(wl *traces.Workload, keep []bool) float64 {
+	right, gold := 0, 0
+	for qi := range wl.Queries {
+		q := &wl.Queries[qi]
+		if !keep[qi] || q.Gold == "" {
+			continue
+		}
+		gold++
+		if q.FinalAnswer() == q.Gold {
+			right++
+		}
+	}
+	if gold == 0 {
+		return math.NaN()
+	}
+	return float64(right) / float64(gold)
 }
 
 // fingerprint identifies the experiment as resolved (file, overrides and seed included, the

@@ -6,15 +6,15 @@ import (
 	"io"
 	"iter"
 	"math"
-	"os"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/mosaic-sched/mosaic/internal/resultsdir"
 	"github.com/mosaic-sched/mosaic/internal/snakejson"
 	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/replay"
 	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/sim/cluster"
 	"github.com/mosaic-sched/mosaic/traces"
@@ -35,6 +35,10 @@ type Run struct {
 	Summaries  []traces.SummaryRow
 	// Policies are the policy values that ran, in order (they may carry plans).
 	Policies []policies.Policy
+	// Replayed says how each policy was replayed (replay only), Engine names the servers
+	// measured and Hardware the cluster they stand for.
+	Replayed         []PolicyReplay
+	Engine, Hardware string
 }
 
 // Progress reports a policy's progress: calls done of the total known so far.
@@ -166,23 +170,37 @@ func summaryRow(experiment, mode string, seed uint64, slo policies.SLO, res *pol
 		MeanE2ELS: s.Latency.Mean, MedianE2ELS: s.Latency.P50, P90E2ELS: s.Latency.P90, P99E2ELS: s.Latency.P99,
 		MeanTTFTS: s.TTFT.Mean, MedianTTFTS: s.TTFT.P50, P90TTFTS: s.TTFT.P90, P99TTFTS: s.TTFT.P99,
 		MeanQueueS: s.Queue.Mean, P99QueueS: s.Queue.P99, RequestThroughput: s.Throughput,
-		SLOAttainment: math.NaN(), RequestGoodput: math.NaN(),
+		SLOAttainment: math.NaN(), RequestGoodput: math.NaN(), Status: traces.StatusOK, Runs: 1,
 	}
 	if slo.Set() {
 		row.SLOAttainment, row.RequestGoodput = res.Attainment(slo)
+	}
+	for _, c := range res.Calls {
+		row.Retries += max(0, c.Attempts-1)
+	}
+	if s.FailedCalls > 0 {
+		// Its figures describe a part of the workload: none is a result.
+		row.Status = traces.StatusFailed
+		row.Accuracy, row.AccuracyDeltaPP = math.NaN(), math.NaN()
 	}
 	return row
 }
 
 // setSpeedups sets every row's speedups over the first row: the baseline's stage and
 // end-to-end times over the row's (NaN where the row's time is not positive). It is the one
-// place speedups are computed, for a simulated run, a replay and a resumed replay alike.
+// place speedups are computed, for a simulated run, a replay and a resumed replay alike. No
+// speedup is computed for or against a row with status failed, nor between rows summarised
+// over different queries.
 func setSpeedups(rows []traces.SummaryRow) {
 	if len(rows) == 0 {
 		return
 	}
 	base := rows[0]
 	for i := range rows {
+		if base.Status == traces.StatusFailed || rows[i].Status == traces.StatusFailed || base.Queries != rows[i].Queries {
+			rows[i].SpeedupExpert, rows[i].SpeedupAggregator, rows[i].SpeedupE2E = math.NaN(), math.NaN(), math.NaN()
+			continue
+		}
 		rows[i].SpeedupExpert = speedup(base.ExpertStageS, rows[i].ExpertStageS)
 		rows[i].SpeedupAggregator = speedup(base.AggregatorStageS, rows[i].AggregatorStageS)
 		rows[i].SpeedupE2E = speedup(base.E2ES, rows[i].E2ES)
@@ -220,7 +238,8 @@ func CallRow(policy string, c policies.CallRecord) traces.CallRow {
 	return traces.CallRow{Policy: policy, Query: c.Call.Query, Call: c.Call.ID, Role: c.Call.Role, Layer: c.Call.Layer,
 		Model: c.Call.Model, Worker: int(c.Worker), InputTokens: c.Call.InputTokens, OutputTokens: c.Produced,
 		ReadyS: c.Ready.Seconds(), StartS: c.Timing.Started.Seconds(), FirstTokenS: c.Timing.FirstToken.Seconds(),
-		EndS: c.Timing.End.Seconds(), Preemptions: c.Timing.Preemptions, Status: c.Status}
+		EndS: c.Timing.End.Seconds(), Preemptions: c.Timing.Preemptions, Status: c.Status,
+		Attempts: max(1, c.Attempts), RetryLostS: c.RetryLost.Seconds(), Error: c.Err}
 }
 
 // QueryRows returns the rows of queries.csv for every result, in policy then query order.
@@ -383,30 +402,37 @@ type HostInfo struct {
 	WallS     float64 `json:"wall_s"`
 }
 
-// WriteDir writes summary.csv, calls.csv, queries.csv, workers.csv, run.json and host.json into dir.
+// WriteDir writes summary.csv, calls.csv, queries.csv, workers.csv, run.json and host.json into
+// dir, holding its lock.
 func (run *Run) WriteDir(dir string, info RunInfo, host HostInfo) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	d, err := resultsdir.Open(dir, "")
+	if err != nil {
 		return err
 	}
+	defer d.Close()
+	return run.write(d, info, host)
+}
+
+// write writes the run's files into an open results folder.
+func (run *Run) write(d *resultsdir.Dir, info RunInfo, host HostInfo) error {
 	info = run.Experiment.runInfo(run.Mode, info)
 	g := run.Experiment.Graph
-	path := func(name string) string { return filepath.Join(dir, name) }
-	if err := writeCSVFile(path("summary.csv"), traces.SummaryHeader, slices.Values(run.Summaries)); err != nil {
+	if err := resultsdir.Write(d, resultsdir.Summary, slices.Values(run.Summaries)); err != nil {
 		return err
 	}
-	if err := writeCSVFile(path("calls.csv"), traces.CallHeader, callRowSeq(run.Results)); err != nil {
+	if err := resultsdir.Write(d, resultsdir.Calls, callRowSeq(run.Results)); err != nil {
 		return err
 	}
-	if err := writeCSVFile(path("queries.csv"), traces.QueryHeader, queryRowSeq(g.Workload, g.SLO, run.Results)); err != nil {
+	if err := resultsdir.Write(d, resultsdir.Queries, queryRowSeq(g.Workload, g.SLO, run.Results)); err != nil {
 		return err
 	}
-	if err := writeCSVFile(path("workers.csv"), traces.WorkerHeader, slices.Values(WorkerRows(run.Results))); err != nil {
+	if err := resultsdir.Write(d, resultsdir.Workers, slices.Values(WorkerRows(run.Results))); err != nil {
 		return err
 	}
-	if err := writeJSON(filepath.Join(dir, "run.json"), info); err != nil {
+	if err := writeJSON(d, "run.json", info); err != nil {
 		return err
 	}
-	return writeJSON(filepath.Join(dir, "host.json"), host)
+	return writeJSON(d, "host.json", host)
 }
 
 // runInfo completes info (the tool's version and commit) with what the run is: its mode, the
@@ -425,42 +451,32 @@ func (r *Resolved) runInfo(mode string, info RunInfo) RunInfo {
 	return info
 }
 
-// writeCSVFile writes a results CSV (header and rows) through a temporary file renamed into
-// place, so that a reader, or a run resumed after a crash, never sees half a file.
-func writeCSVFile[R traces.Recorder](path string, header []string, rows iter.Seq[R]) error {
-	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	f, err := os.Create(tmp)
-	if err != nil {
-		return err
-	}
-	if err := traces.WriteCSVSeq(f, header, rows); err != nil {
-		f.Close()
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return os.Rename(tmp, path)
-}
-
-// writeJSON writes v to path with snake_case keys, as run.json and host.json are written.
-func writeJSON(path string, v any) error {
+// writeJSON writes v into a file of the folder with snake_case keys, as run.json and
+// host.json are written.
+func writeJSON(d *resultsdir.Dir, name string, v any) error {
 	data, err := snakejson.MarshalIndent(v, "", "  ")
 	if err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
+		return fmt.Errorf("writing %s: %w", name, err)
 	}
-	if err := os.WriteFile(path, append(data, '\n'), 0o644); err != nil {
-		return fmt.Errorf("writing %s: %w", path, err)
-	}
-	return nil
+	return d.WriteBytes(name, append(data, '\n'))
 }
 
-// WriteTable prints the comparison as an aligned table.
+// WriteTable prints the comparison as an aligned table. A replay's says what was measured (the
+// engine, its version and the hardware it stands for) and, below the table, why a policy's
+// figures are missing or qualified: failed calls, retries, a makespan spanning runs, a host
+// that could not keep up.
 func (run *Run) WriteTable(w io.Writer) error {
 	r := run.Experiment
 	g := r.Graph
 	fmt.Fprintf(w, "experiment %s (%s): %s, %d queries, %s, %s, seed %d\n", r.Name, run.Mode,
 		r.ClusterString(), len(g.Workload.Queries), describeShape(g), describeArrivals(g.Arrivals), r.Seed)
+	if run.Mode == "replay" {
+		engine := run.Engine
+		if engine == "" {
+			engine = "no server (nothing was measured)"
+		}
+		fmt.Fprintf(w, "measured on %s, standing for %s, at time scale %g\n", engine, run.Hardware, max(r.Experiment.Replay.TimeScale, 1))
+	}
 	// A MoA query's stages are its experts and its aggregator; a deeper graph's are the calls
 	// before its final ones (upstream) and its final calls.
 	first, second, x1, x2 := "expert_s", "aggreg_s", "x_exp", "x_agg"
@@ -476,17 +492,33 @@ func (run *Run) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "%-18s %-*s %10s %10s %10s %7s %7s %7s %9s %8s %8s %6s %5s\n",
 		"policy", ruleW, "rule", first, second, "e2e_s", x1, x2, "x_e2e", "skipped", "accuracy", "d_acc_pp", "busy", "loads")
+	var notes []string
 	for _, s := range run.Summaries {
 		skipped := 0.0
 		if s.Queries > 0 {
 			skipped = 100 * float64(s.AggregatorSkipped) / float64(s.Queries)
 		}
 		tail := ""
+		switch s.Status {
+		case traces.StatusFailed:
+			tail += "  FAILED"
+		case traces.StatusPartial:
+			tail += fmt.Sprintf("  partial (%d of %d queries)", s.Queries, len(g.Workload.Queries))
+		}
 		if failed > 0 {
 			tail += fmt.Sprintf("  %d calls failed", s.FailedCalls)
 		}
 		if cancelled > 0 {
 			tail += fmt.Sprintf("  %d cancelled", s.CancelledCalls)
+		}
+		if s.Retries > 0 {
+			tail += fmt.Sprintf("  %d retries", s.Retries)
+		}
+		if s.Runs > 1 {
+			tail += fmt.Sprintf("  spans %d runs", s.Runs)
+		}
+		if s.HostLagPct > replay.HostLagThresholdPct {
+			tail += fmt.Sprintf("  host lag %.1f%%", s.HostLagPct)
 		}
 		tail += "\n"
 		if _, err := fmt.Fprintf(w, "%-18s %-*s %10.1f %10.1f %10.1f %s %s %s %8.1f%% %s %s %6.2f %5d%s",
@@ -494,11 +526,57 @@ func (run *Run) WriteTable(w io.Writer) error {
 			num(s.SpeedupE2E, "%7.2f"), skipped, num(s.Accuracy, "%8.4f"), num(s.AccuracyDeltaPP, "%+8.2f"), s.GPUBusyFrac, s.ModelLoads, tail); err != nil {
 			return err
 		}
+		notes = append(notes, run.notes(s)...)
+	}
+	for _, n := range notes {
+		if _, err := fmt.Fprintln(w, n); err != nil {
+			return err
+		}
 	}
 	if g.Arrivals.Offline() {
 		return nil
 	}
 	return writeLatencyTable(w, run.Summaries, g.SLO)
+}
+
+// notes explains what qualifies a summary row's figures.
+func (run *Run) notes(s traces.SummaryRow) []string {
+	var out []string
+	firstErr := ""
+	for _, res := range run.Results {
+		if res.Policy != s.Policy {
+			continue
+		}
+		for _, c := range res.Calls {
+			if c.Status == "failed" && firstErr == "" {
+				firstErr = c.Err
+			}
+		}
+	}
+	if firstErr != "" {
+		firstErr = "; the first: " + firstErr
+	}
+	switch s.Status {
+	case traces.StatusFailed:
+		out = append(out, fmt.Sprintf("%s: FAILED, %d calls failed%s. No speedup or accuracy is computed for it or against it: its times cover part of the workload, stretched by the failures (rerun with --resume to retry them, or with --allow-failed-calls to compare over the queries that completed).",
+			s.Policy, s.FailedCalls, firstErr))
+	case traces.StatusPartial:
+		out = append(out, fmt.Sprintf("%s: partial, %d calls failed%s. Its figures are over the %d queries that completed under every policy of this run, not the whole workload (--allow-failed-calls).",
+			s.Policy, s.FailedCalls, firstErr, s.Queries))
+	}
+	if s.Retries > 0 {
+		out = append(out, fmt.Sprintf("%s: %d calls were retried (calls.csv: attempts, retry_lost_s): each call's times are its last attempt's, and the failed attempts' time is in the makespan.", s.Policy, s.Retries))
+	}
+	if s.Runs > 1 {
+		out = append(out, fmt.Sprintf("%s: its makespan spans %d runs (--resume): the calls in flight at an interruption were served again.", s.Policy, s.Runs))
+	}
+	for _, pr := range run.Replayed {
+		if pr.Policy == s.Policy && pr.HostLag.Over() {
+			out = append(out, fmt.Sprintf("%s: the host could not keep up: its own delays cost %.1f%% of the servers' time (threshold %.0f%%; mean send delay %.2f ms at time scale %g); rerun at time scale %.3g or less.",
+				s.Policy, pr.HostLag.Pct, replay.HostLagThresholdPct, pr.HostLag.MeanDispatchMS, pr.HostLag.TimeScale, pr.HostLag.FitTimeScale))
+		}
+	}
+	return out
 }
 
 // num formats v, or "-" in the format's width where v is not a number (no gold answers to

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/mosaic-sched/mosaic/internal/resultsdir"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -195,7 +196,12 @@ func RunSweep(ctx context.Context, load SweepLoader, s Sweep, shard, shards int,
 	if err != nil {
 		return err
 	}
-	rows, err := RunPoints(ctx, load, pts, dir, info, host, progress)
+	d, err := resultsdir.Open(dir, "")
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	rows, err := runPoints(ctx, load, pts, dir, info, host, progress)
 	if err != nil {
 		return err
 	}
@@ -208,10 +214,18 @@ func RunSweep(ctx context.Context, load SweepLoader, s Sweep, shard, shards int,
 
 // RunPoints simulates experiment variants, several at a time, each into its own folder under
 // dir (named by the point), and returns their summary rows in point order.
+// It holds dir's lock meanwhile, and each point's.
 func RunPoints(ctx context.Context, load SweepLoader, pts []Point, dir string, info RunInfo, host HostInfo, progress func(done, total int)) ([][]traces.SummaryRow, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	d, err := resultsdir.Open(dir, "")
+	if err != nil {
 		return nil, err
 	}
+	defer d.Close()
+	return runPoints(ctx, load, pts, dir, info, host, progress)
+}
+
+// runPoints is RunPoints under a lock its caller holds.
+func runPoints(ctx context.Context, load SweepLoader, pts []Point, dir string, info RunInfo, host HostInfo, progress func(done, total int)) ([][]traces.SummaryRow, error) {
 	rows := make([][]traces.SummaryRow, len(pts))
 	errs := make([]error, len(pts))
 	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))
@@ -314,6 +328,11 @@ func (r sweepRow) Record() []string {
 // the same grid covering every point exactly once, copies the points' folders and writes the
 // combined summary.csv and sweep.json.
 func Merge(dirs []string, out string) error {
+	d, err := resultsdir.Open(out, "")
+	if err != nil {
+		return err
+	}
+	defer d.Close()
 	var grid *SweepInfo
 	byIndex := map[int]string{} // point index -> shard dir
 	var points []Point
@@ -367,9 +386,6 @@ func Merge(dirs []string, out string) error {
 			}
 		}
 	}
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		return err
-	}
 	return writeSweep(out, SweepInfo{Experiment: grid.Experiment, Sweep: grid.Sweep, Points: points, Overrides: grid.Overrides}, rows)
 }
 
@@ -394,8 +410,8 @@ func copyDir(src, dst string) error {
 		return err
 	}
 	for _, e := range entries {
-		if e.IsDir() {
-			continue
+		if e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue // the lock file and temporaries are the folder's own
 		}
 		in, err := os.Open(filepath.Join(src, e.Name()))
 		if err != nil {

@@ -93,6 +93,14 @@ type Driver struct {
 	// cancelled, by call ID (few calls; the call states stay small).
 	errs        map[int]string
 	cancelledAt map[int]time.Duration
+	// retried holds the attempts of the calls the backend sent more than once.
+	retried map[int]retry
+}
+
+// retry is how many times a call was sent and the time its failed attempts cost.
+type retry struct {
+	attempts int
+	lost     time.Duration
 }
 
 // Grower is the backend package's Grower: a Backend that can prefill a call while its inputs
@@ -199,7 +207,7 @@ func NewDriver(b Backend, p Policy, r Rule, wl *traces.Workload, models []ModelI
 	}
 	d := &Driver{backend: b, policy: p, rule: r, workload: wl, models: models, workers: workers,
 		byName: map[string]int{}, waking: map[time.Duration]bool{},
-		errs: map[int]string{}, cancelledAt: map[int]time.Duration{}}
+		errs: map[int]string{}, cancelledAt: map[int]time.Duration{}, retried: map[int]retry{}}
 	for i, m := range models {
 		d.byName[m.Name] = i
 	}
@@ -966,7 +974,9 @@ func (d *Driver) callRecord(id int) CallRecord {
 	case callCancelled, callCancelling:
 		st, produced = "cancelled", int(cs.produced)
 	}
+	r := d.retried[id]
 	return CallRecord{Call: cs.call, Worker: cs.worker, Ready: cs.ready, Timing: cs.timing, Status: st, Err: d.errs[id], Final: cs.final,
+		Attempts: max(1, r.attempts), RetryLost: r.lost,
 		Produced: produced}
 }
 
@@ -977,6 +987,9 @@ func (d *Driver) finish(ev *Event) ([]Event, error) {
 	}
 	cs := &d.calls[id]
 	cs.timing = ev.Timing
+	if ev.Attempts > 1 {
+		d.retried[id] = retry{attempts: ev.Attempts, lost: ev.RetryLost}
+	}
 	if ev.Kind == EventDone {
 		cs.status = callDone
 		cs.answer = cs.call.Answer

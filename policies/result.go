@@ -34,6 +34,10 @@ type CallRecord struct {
 	Produced int
 	// Final marks a final call of its query that reads others (the final stage).
 	Final bool
+	// Attempts is how many times the call was sent (1 unless replay retried it), and
+	// RetryLost the time its failed attempts cost before its last (Timing) was sent.
+	Attempts  int
+	RetryLost time.Duration
 }
 
 // QueryOutcome is how a query ended.
@@ -182,6 +186,27 @@ func ratio(a, b int) float64 {
 		return nan()
 	}
 	return float64(a) / float64(b)
+}
+
+// Restrict returns the result over the queries keep marks only (their calls and outcomes),
+// with always, the accuracy of always aggregating those queries, in place of AlwaysAggregate:
+// what a run with failed calls can still be summarised over. Loads stay, as they were.
+func (r *Result) Restrict(keep []bool, always float64) *Result {
+	out := *r
+	out.AlwaysAggregate = always
+	out.Calls = make([]CallRecord, 0, len(r.Calls))
+	for _, c := range r.Calls {
+		if q := c.Call.Query; q >= 0 && q < len(keep) && keep[q] {
+			out.Calls = append(out.Calls, c)
+		}
+	}
+	out.Queries = make([]QueryOutcome, 0, len(r.Queries))
+	for qi, q := range r.Queries {
+		if qi < len(keep) && keep[qi] {
+			out.Queries = append(out.Queries, q)
+		}
+	}
+	return &out
 }
 
 // Summary is the headline figures of a run.

@@ -33,12 +33,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -102,7 +104,9 @@ type Config struct {
 	Timeouts Timeouts
 	// MaxConcurrency bounds the calls in flight per server (0: the model's MaxNumSeqs).
 	MaxConcurrency int
-	// Retries of a failed call before it is recorded as failed; backoff doubles from RetryBackoff.
+	// Retries of a failed call before it is recorded as failed; backoff doubles from
+	// RetryBackoff, a span of the experiment's time (it waits RetryBackoff / TimeScale of real
+	// time, so that it costs the results what it would cost on the servers measured).
 	Retries      int
 	RetryBackoff time.Duration
 	// StopOnDeadWorker stops the run (Next returns an error) when a worker's server dies;
@@ -128,7 +132,22 @@ type Config struct {
 	// /metrics to tell when its calls leave the waiting queue (CallTiming.Started); 0 turns
 	// it off and Started is the send time.
 	AdmissionPoll time.Duration
+	// API is the servers' protocol (default APIOpenAI).
+	API API
+	// CacheSalt is sent with every request (vLLM V1's cache_salt), so that the servers' prefix
+	// caches serve this run's prompts only from blocks this run computed: one salt per run and
+	// policy keeps each policy's measurements free of its predecessors' caches.
+	CacheSalt string
+	// ResetPrefixCache asks every attached server to drop its prefix cache
+	// (POST /reset_prefix_cache, where it offers it) before this backend first uses it.
+	ResetPrefixCache bool
+	// PromptWords is how many distinct words text prompts draw from (APIOllama; default
+	// DefaultPromptWords).
+	PromptWords int
 }
+
+// DefaultPromptWords is Config.PromptWords' default.
+const DefaultPromptWords = 256
 
 // WorkerHardware is one worker's GPUs: their type (a catalog name) and CUDA devices, one per
 // GPU of the worker's tensor-parallel group.
@@ -188,6 +207,9 @@ func devices(ds []int) string {
 // DefaultTimeouts are the timeouts of a call attempt when Config.Timeouts leaves them zero.
 var DefaultTimeouts = Timeouts{Connect: 10 * time.Second, FirstToken: 30 * time.Minute, Idle: time.Minute, Request: 2 * time.Hour}
 
+// DefaultRetryBackoff is Config.RetryBackoff's default, in the experiment's time.
+const DefaultRetryBackoff = 500 * time.Millisecond
+
 // DefaultAdmissionPoll is Config.AdmissionPoll's default, in the experiment's time.
 const DefaultAdmissionPoll = 500 * time.Millisecond
 
@@ -223,6 +245,11 @@ type ServerInfo struct {
 	// PrefixCaching is the server's automatic prefix caching as its /metrics report it
 	// (vllm:cache_config_info): "on", "off", or "" when they do not say.
 	PrefixCaching string `json:"prefix_caching,omitempty"`
+	// CacheReset says how the server's prefix cache was emptied before the policy used it:
+	// "reset requested" (POST /reset_prefix_cache answered 200), "refused: ..." or "not offered: ..." (the server's
+	// answer), "unloaded" (its model was loaded for the policy and is unloaded after it, or
+	// its server launched for it), or "" when not asked.
+	CacheReset string `json:"cache_reset,omitempty"`
 }
 
 // Backend implements backend.Backend over HTTP.
@@ -245,6 +272,11 @@ type Backend struct {
 	seen        []ServerInfo
 	over        overheads
 	prefixOf    func(*traces.Call) int // the shared prefix of a call's prompt (sharedPrefix)
+	// handling is when the last finished call handed to the Driver ended (real time; zero
+	// when none is being handled). Only the Driver's goroutine touches it.
+	handling time.Time
+	// cache sums what the servers' prefix caches served this backend's calls.
+	cache PrefixCache
 }
 
 type serverKey struct {
@@ -262,6 +294,37 @@ type server struct {
 	exit  chan struct{} // closed when a launched process exits
 	info  ServerInfo
 	adm   *admission
+	// cache0 holds the server's prefix-cache counters when this backend began using it, and
+	// lag0 its own lateness (an emulator's mosaic:emulate_finish_lag_seconds_total).
+	cache0 PrefixCache
+	lag0   float64
+}
+
+// PrefixCache counts prompt tokens looked up in servers' prefix caches and found there
+// (vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total).
+type PrefixCache struct {
+	QueriedTokens int64 `json:"queried_tokens"`
+	HitTokens     int64 `json:"hit_tokens"`
+}
+
+// HitPct is the hits' share of the tokens looked up, in percent (NaN when none was).
+func (p PrefixCache) HitPct() float64 {
+	if p.QueriedTokens == 0 {
+		return math.NaN()
+	}
+	return 100 * float64(p.HitTokens) / float64(p.QueriedTokens)
+}
+
+// serverLagSeries is an emulator's count of how late, in real seconds summed over its finished
+// requests, it delivered their last tokens: the lateness of the host it shares with the replay.
+const serverLagSeries = "mosaic:emulate_finish_lag_seconds_total"
+
+// prefixCacheOf reads the prefix-cache counters of a server's /metrics (ok false when it has
+// none).
+func prefixCacheOf(data []byte) (PrefixCache, bool) {
+	q, ok1 := sumSeries(data, "vllm:prefix_cache_queries_total")
+	h, ok2 := sumSeries(data, "vllm:prefix_cache_hits_total")
+	return PrefixCache{QueriedTokens: int64(q), HitTokens: int64(h)}, ok1 && ok2
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -289,16 +352,26 @@ func New(cfg Config) (*Backend, error) {
 		}
 	}
 	if cfg.RetryBackoff <= 0 {
-		cfg.RetryBackoff = 500 * time.Millisecond
+		cfg.RetryBackoff = DefaultRetryBackoff
 	}
 	if cfg.Command == "" {
 		cfg.Command = DefaultCommand
+	}
+	cfg.API = cfg.API.orDefault()
+	if !slices.Contains(APIs, cfg.API) {
+		return nil, fmt.Errorf("replay: unknown API %q", cfg.API)
+	}
+	if cfg.API.loadsThroughAPI() && len(cfg.Endpoints) == 0 {
+		return nil, fmt.Errorf("replay: the %s API replays attached servers: list each worker's endpoint", cfg.API)
+	}
+	if cfg.PromptWords <= 0 {
+		cfg.PromptWords = DefaultPromptWords
 	}
 	if cfg.MaxConcurrency < 0 {
 		return nil, fmt.Errorf("replay: max concurrency must not be negative, got %d", cfg.MaxConcurrency)
 	}
 	for name, m := range cfg.Models {
-		if m.Vocab > 0 && m.Vocab < MinVocab {
+		if cfg.API.orDefault() == APIOpenAI && m.Vocab > 0 && m.Vocab < MinVocab {
 			return nil, fmt.Errorf("replay: model %s has a vocabulary of %d tokens; synthetic prompts need at least %d", name, m.Vocab, MinVocab)
 		}
 	}
@@ -352,6 +425,15 @@ func (cfg *Config) fileNeed() int {
 	return cfg.Workers*resident*(most+4) + 64
 }
 
+// PrefixCache is what the servers' prefix caches served this backend's calls, as their
+// /metrics counted it from when the backend began using each server to when it let go of it
+// (zero when the servers do not count).
+func (b *Backend) PrefixCache() PrefixCache {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cache
+}
+
 // Servers lists the servers the backend has used, by worker and model.
 func (b *Backend) Servers() []ServerInfo {
 	b.mu.Lock()
@@ -373,6 +455,11 @@ func (b *Backend) virtual(t time.Time) time.Duration {
 	return b.cfg.TimeOffset + time.Duration(float64(t.Sub(b.start))*b.cfg.TimeScale)
 }
 
+// realTime is the real time at which the experiment's clock read t.
+func (b *Backend) realTime(t time.Duration) time.Time {
+	return b.start.Add(b.real(t - b.cfg.TimeOffset))
+}
+
 func (b *Backend) real(d time.Duration) time.Duration {
 	return time.Duration(float64(d) / b.cfg.TimeScale)
 }
@@ -392,6 +479,13 @@ func (b *Backend) emit(ev backend.Event) {
 
 // Next implements backend.Backend.
 func (b *Backend) Next(ctx context.Context) (backend.Event, error) {
+	// The Driver asks for the next event once it has acted on the last: the time since a
+	// finished call's stream ended is how late the replay acted on it.
+	if !b.handling.IsZero() {
+		d := time.Since(b.handling)
+		b.over.record(func(o *overheads) { o.handling += d })
+		b.handling = time.Time{}
+	}
 	for {
 		b.mu.Lock()
 		dead, pending := b.dead, b.pending
@@ -422,6 +516,9 @@ func (b *Backend) deliver(ev backend.Event) backend.Event {
 	b.mu.Lock()
 	b.pending--
 	b.mu.Unlock()
+	if ev.Kind == backend.EventDone && ev.Call != nil {
+		b.handling = b.realTime(ev.At)
+	}
 	if late := b.Now() - ev.At; late >= 0 && ev.Kind != backend.EventFailed {
 		b.over.record(func(o *overheads) { o.pickup.add(b.real(late)) })
 	}
@@ -458,8 +555,9 @@ func (b *Backend) endpoint(w int, model string) string {
 	return url
 }
 
-// Load implements backend.Backend: attach to the worker's server (waiting for /health and
-// checking it serves the model) or launch one.
+// Load implements backend.Backend: attach to the worker's server (waiting for its health
+// check and checking it serves the model; through the Ollama API, loading the model), or
+// launch one.
 func (b *Backend) Load(w backend.WorkerID, model string) error {
 	m, err := b.cfg.model(int(w), model)
 	if err != nil {
@@ -474,11 +572,16 @@ func (b *Backend) Load(w backend.WorkerID, model string) error {
 		b.mu.Lock()
 		if b.ctx.Err() != nil {
 			b.mu.Unlock()
-			stop(srv) // the backend is closing: the load no longer matters
+			b.release(srv) // the backend is closing: the load no longer matters
 			return
 		}
 		if err == nil {
 			b.servers[serverKey{int(w), model}] = srv
+			// run.json lists only the servers the run used: not one that came up while it
+			// was shutting down.
+			if !slices.Contains(b.seen, srv.info) {
+				b.seen = append(b.seen, srv.info)
+			}
 		}
 		b.mu.Unlock()
 		if err != nil {
@@ -489,6 +592,38 @@ func (b *Backend) Load(w backend.WorkerID, model string) error {
 		b.emit(ev)
 	}()
 	return nil
+}
+
+// release lets go of a server the backend no longer uses: a launched one is stopped, a
+// model loaded through the API unloaded.
+func (b *Backend) release(srv *server) {
+	if srv == nil {
+		return
+	}
+	if b.cfg.API == APIOpenAI {
+		// What the server's prefix cache served this backend's calls.
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeouts.Connect)
+		if data, err := get(ctx, b.control, srv.url, "/metrics", b.cfg.APIKey); err == nil {
+			if pc, ok := prefixCacheOf(data); ok {
+				b.mu.Lock()
+				b.cache.QueriedTokens += pc.QueriedTokens - srv.cache0.QueriedTokens
+				b.cache.HitTokens += pc.HitTokens - srv.cache0.HitTokens
+				b.mu.Unlock()
+			}
+			if lag, ok := sumSeries(data, serverLagSeries); ok {
+				b.over.record(func(o *overheads) { o.server += time.Duration((lag - srv.lag0) * float64(time.Second)) })
+			}
+		}
+		cancel()
+	}
+	if b.cfg.API.loadsThroughAPI() && srv.cmd == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeouts.Connect+10*time.Second)
+		if err := ollamaUnload(ctx, b.control, srv.url, srv.model.Name); err != nil {
+			slog.Warn("unloading a model", "worker", srv.info.Worker, "model", srv.model.Name, "err", err)
+		}
+		cancel()
+	}
+	stop(srv)
 }
 
 func (b *Backend) bring(w int, m Model) (*server, error) {
@@ -506,28 +641,78 @@ func (b *Backend) bring(w int, m Model) (*server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", url, err)
 		}
+		found := false
 		for _, id := range ids {
-			if id == m.Name {
-				b.describe(ctx, srv)
-				return srv, nil
-			}
+			found = found || id == m.Name || (b.cfg.API == APIOllama && sameOllamaModel(id, m.Name))
 		}
-		return nil, fmt.Errorf("%s serves %v, not %s (give the server --served-model-name %s)", url, ids, m.Name, m.Name)
+		if !found {
+			if b.cfg.API == APIOllama {
+				return nil, fmt.Errorf("%s has models %v, not %s (create it there first: ollama create %s)", url, ids, m.Name, m.Name)
+			}
+			return nil, fmt.Errorf("%s serves %v, not %s (give the server --served-model-name %s)", url, ids, m.Name, m.Name)
+		}
+		if b.cfg.API.loadsThroughAPI() {
+			if err := ollamaLoad(ctx, b.control, url, m.Name); err != nil {
+				return nil, err
+			}
+			srv.info.CacheReset = "unloaded"
+		} else if b.cfg.ResetPrefixCache {
+			srv.info.CacheReset = resetPrefixCache(ctx, b.control, url, b.cfg.APIKey)
+		}
+		b.describe(ctx, srv)
+		return srv, nil
 	}
 	srv, err := b.launch(ctx, w, m)
 	if err == nil {
+		srv.info.CacheReset = "unloaded"
 		b.describe(ctx, srv)
 	}
 	return srv, err
 }
 
+// resetPrefixCache asks a server to drop its prefix cache (vLLM's POST /reset_prefix_cache,
+// which its API server offers when started with VLLM_SERVER_DEV_MODE=1, and the emulator
+// always) and says what came of it, for run.json.
+func resetPrefixCache(ctx context.Context, hc *http.Client, base, apiKey string) string {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+"/reset_prefix_cache", nil)
+	if err != nil {
+		return "not offered: " + err.Error()
+	}
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		slog.Warn("could not reset the server's prefix cache", "url", base, "err", err)
+		return "not offered: " + err.Error()
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		// vLLM answers 200 whether or not it reset (it refuses, silently, while requests
+		// still hold blocks); the cache salt covers what a refused reset leaves.
+		return "reset requested"
+	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed:
+		slog.Warn("the server offers no POST /reset_prefix_cache (vLLM: start it with VLLM_SERVER_DEV_MODE=1): the policy's cache salt alone keeps earlier runs' blocks from serving it", "url", base)
+		return fmt.Sprintf("not offered: HTTP %d", resp.StatusCode)
+	}
+	msg := strings.TrimSpace(string(body))
+	slog.Warn("the server refused to reset its prefix cache: the policy's cache salt alone keeps earlier runs' blocks from serving it", "url", base, "status", resp.StatusCode, "answer", msg)
+	return fmt.Sprintf("refused: HTTP %d %s", resp.StatusCode, msg)
+}
+
 // newServer returns the server of worker w's model m at url, with its own connection pool.
 func (b *Backend) newServer(w int, m Model, url string) *server {
 	limit := b.cfg.limit(m)
+	headers := b.cfg.Timeouts.Connect
+	if b.cfg.API.headersWithFirstToken() {
+		headers = b.cfg.Timeouts.FirstToken // the headers come with the first token
+	}
 	tr := &http.Transport{
 		MaxConnsPerHost: limit, MaxIdleConnsPerHost: limit, IdleConnTimeout: 90 * time.Second,
 		DialContext:           (&net.Dialer{Timeout: b.cfg.Timeouts.Connect, KeepAlive: 30 * time.Second}).DialContext,
-		ResponseHeaderTimeout: b.cfg.Timeouts.Connect,
+		ResponseHeaderTimeout: headers,
 	}
 	return &server{url: url, model: m, limit: limit, hc: &http.Client{Transport: tr},
 		info: ServerInfo{Worker: w, Model: m.Name}}
@@ -536,9 +721,13 @@ func (b *Backend) newServer(w int, m Model, url string) *server {
 // describe records the server's version and prefix caching, and warns when the latter is
 // not what the experiment asks for (an attached server keeps its own setting).
 func (b *Backend) describe(ctx context.Context, srv *server) {
-	srv.info.Version = serverVersion(ctx, b.control, srv.url, b.cfg.APIKey)
-	if data, err := get(ctx, b.control, srv.url, "/metrics", ""); err == nil {
-		srv.info.PrefixCaching = prefixCachingOf(data)
+	srv.info.Version = serverVersion(ctx, b.control, srv.url, b.cfg.APIKey, b.cfg.API)
+	if b.cfg.API == APIOpenAI {
+		if data, err := get(ctx, b.control, srv.url, "/metrics", ""); err == nil {
+			srv.info.PrefixCaching = prefixCachingOf(data)
+			srv.cache0, _ = prefixCacheOf(data)
+			srv.lag0, _ = sumSeries(data, serverLagSeries)
+		}
 	}
 	want := map[bool]string{true: "on", false: "off"}[b.cfg.PrefixCaching]
 	if pc := srv.info.PrefixCaching; pc != "" && pc != want {
@@ -546,22 +735,58 @@ func (b *Backend) describe(ctx context.Context, srv *server) {
 			"worker", srv.info.Worker, "model", srv.model.Name, "url", srv.url, "server", pc, "experiment", want)
 	}
 	slog.Info("server ready", "worker", srv.info.Worker, "model", srv.model.Name, "url", srv.url, "version", srv.info.Version,
-		"prefix_caching", srv.info.PrefixCaching, "max_in_flight", srv.limit)
+		"prefix_caching", srv.info.PrefixCaching, "cache", srv.info.CacheReset, "max_in_flight", srv.limit)
 	b.startAdmission(srv)
-	b.mu.Lock()
-	found := false
-	for _, s := range b.seen {
-		found = found || s == srv.info
-	}
-	if !found {
-		b.seen = append(b.seen, srv.info)
-	}
-	b.mu.Unlock()
 }
 
-// waitHealthy polls srv's /health until it answers 200. A server that answers while it is
-// still loading gets its connection pool filled meanwhile (warm), so that the first calls do
-// not each wait for a new connection.
+// Preflight checks, before a run, that every attached endpoint answers its health check:
+// one that refuses the connection, or cannot be reached, fails within the connect timeout
+// with its URL and the cause, before any policy starts.
+func (b *Backend) Preflight(ctx context.Context) error {
+	seen := map[string]bool{}
+	var urls []string
+	for _, e := range b.cfg.Endpoints {
+		if !seen[e.URL] {
+			seen[e.URL] = true
+			urls = append(urls, e.URL)
+		}
+	}
+	errs := make([]error, len(urls))
+	var wg sync.WaitGroup
+	for i, u := range urls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pctx, cancel := context.WithTimeout(ctx, b.cfg.Timeouts.Connect)
+			defer cancel()
+			for {
+				_, err := probeHealth(pctx, b.control, u, b.cfg.API)
+				if err == nil {
+					return
+				}
+				if pctx.Err() != nil || !connectError(err) {
+					errs[i] = fmt.Errorf("%s does not answer %s (within [replay] connect_timeout = %v): %v", u, b.cfg.API.healthPath(), b.cfg.Timeouts.Connect, err)
+					return
+				}
+				// Refused: it may be starting; try again until the connect timeout.
+				select {
+				case <-pctx.Done():
+					errs[i] = fmt.Errorf("%s refuses connections (for [replay] connect_timeout = %v): %v: is the server running, and is the URL right?", u, b.cfg.Timeouts.Connect, err)
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// waitHealthy polls srv's health route until it answers 200. A server that answers while it
+// is still loading gets its connection pool filled meanwhile (warm), so that the first calls
+// do not each wait for a new connection. An attached server (exited nil) that still refuses
+// connections after the connect timeout fails at once: it is not starting, it is not there.
+// The error of a wait that times out says what the server last answered.
 func (b *Backend) waitHealthy(ctx context.Context, srv *server, exited chan struct{}) error {
 	url := srv.url
 	// Poll often enough that the wait adds little to a load time in the experiment's time
@@ -572,12 +797,10 @@ func (b *Backend) waitHealthy(ctx context.Context, srv *server, exited chan stru
 	start := time.Now()
 	last := start
 	var warmed chan struct{}
+	seen := "nothing yet"
 	for {
-		if time.Since(last) > 15*time.Second {
-			last = time.Now()
-			slog.Info("waiting for the server to become healthy", "url", url, "waited", time.Since(start).Round(time.Second), "timeout", b.cfg.HealthTimeout)
-		}
-		switch status := healthStatus(ctx, b.control, url); {
+		status, err := probeHealth(ctx, b.control, url, b.cfg.API)
+		switch {
 		case status == http.StatusOK:
 			if warmed != nil {
 				select {
@@ -586,21 +809,33 @@ func (b *Backend) waitHealthy(ctx context.Context, srv *server, exited chan stru
 				}
 			}
 			return nil
-		case status != 0 && warmed == nil:
-			warmed = make(chan struct{})
-			go func() {
-				defer close(warmed)
-				b.warm(ctx, srv)
-			}()
+		case status != 0:
+			seen = fmt.Sprintf("HTTP %d", status)
+			if warmed == nil && b.cfg.API == APIOpenAI {
+				warmed = make(chan struct{})
+				go func() {
+					defer close(warmed)
+					b.warm(ctx, srv)
+				}()
+			}
+		case err != nil && ctx.Err() == nil:
+			seen = err.Error()
+			if exited == nil && connectError(err) && time.Since(start) > b.cfg.Timeouts.Connect {
+				return fmt.Errorf("%s refuses connections (for [replay] connect_timeout = %v): %v: is the server running, and is the URL right?", url, b.cfg.Timeouts.Connect, err)
+			}
+		}
+		if time.Since(last) > 15*time.Second {
+			last = time.Now()
+			slog.Info("waiting for the server to become healthy", "url", url, "waited", time.Since(start).Round(time.Second), "timeout", b.cfg.HealthTimeout, "last_seen", seen)
 		}
 		select {
 		case <-ctx.Done():
 			if b.ctx.Err() != nil {
 				return b.ctx.Err()
 			}
-			return fmt.Errorf("%s did not answer GET /health with 200 within %v", url, b.cfg.HealthTimeout)
+			return fmt.Errorf("%s did not answer GET %s with 200 within %v ([replay] health_timeout); it last answered: %s", url, b.cfg.API.healthPath(), b.cfg.HealthTimeout, seen)
 		case <-exited:
-			return fmt.Errorf("the server for %s exited before it was healthy", url)
+			return fmt.Errorf("the server for %s exited before it was healthy (last seen: %s)", url, seen)
 		case <-tick.C:
 		}
 	}
@@ -776,8 +1011,8 @@ func stop(s *server) {
 	}
 }
 
-// Unload implements backend.Backend: a launched server is stopped; an attached one is left
-// running.
+// Unload implements backend.Backend: a launched server is stopped, a model loaded through the
+// API unloaded; an attached server is left running.
 func (b *Backend) Unload(w backend.WorkerID, model string) error {
 	key := serverKey{int(w), model}
 	b.mu.Lock()
@@ -791,19 +1026,18 @@ func (b *Backend) Unload(w backend.WorkerID, model string) error {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
-		stop(srv)
+		b.release(srv)
 		b.emit(backend.Event{Kind: backend.EventUnloaded, At: b.Now(), Worker: w, Model: model})
 	}()
 	return nil
 }
 
-// Close stops every launched server (waiting for them to exit) and abandons what is in flight.
+// Close stops every launched server and unloads every model loaded through the API (waiting
+// for them), and abandons what is in flight.
 func (b *Backend) Close() {
 	b.over.log(b.cfg.TimeScale)
 	b.mu.Lock()
 	b.cancel()
-	b.mu.Unlock()
-	b.mu.Lock()
 	srvs := make([]*server, 0, len(b.servers))
 	for _, s := range b.servers {
 		srvs = append(srvs, s)
@@ -813,7 +1047,7 @@ func (b *Backend) Close() {
 	var wg sync.WaitGroup
 	for _, s := range srvs {
 		wg.Add(1)
-		go func() { defer wg.Done(); stop(s) }()
+		go func() { defer wg.Done(); b.release(s) }()
 	}
 	wg.Wait()
 	b.wg.Wait()

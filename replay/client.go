@@ -10,22 +10,32 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"time"
 )
 
-// request is the body of a streaming /v1/completions request, with vLLM's extensions. Prompt
-// is a list of token IDs (see PromptIDs).
+// request is the body of a streaming /v1/completions request, with vLLM's extensions (left
+// out when zero, for servers without them). Prompt is a list of token IDs (see PromptIDs) or
+// a text (see PromptWords).
 type request struct {
-	Model         string        `json:"model"`
-	Prompt        []int         `json:"prompt"`
-	MaxTokens     int           `json:"max_tokens"`
-	MinTokens     int           `json:"min_tokens"`
-	IgnoreEOS     bool          `json:"ignore_eos"`
-	Temperature   float64       `json:"temperature"`
+	Model       string  `json:"model"`
+	Prompt      any     `json:"prompt"`
+	MaxTokens   int     `json:"max_tokens"`
+	MinTokens   int     `json:"min_tokens,omitempty"`
+	IgnoreEOS   bool    `json:"ignore_eos,omitempty"`
+	Temperature float64 `json:"temperature"`
+	// Seed fixes the sampler's seed (sent to servers whose greedy decoding is not otherwise
+	// reproducible; nil: left out).
+	Seed          *int          `json:"seed,omitempty"`
 	Stream        bool          `json:"stream"`
 	StreamOptions streamOptions `json:"stream_options"`
+	// CacheSalt keeps the server's prefix cache apart per salt (vLLM V1's cache_salt: a prompt
+	// hits only blocks cached under the same salt).
+	CacheSalt string `json:"cache_salt,omitempty"`
+	// promptTokens is how many tokens the prompt should count (0: not checked).
+	promptTokens int
 }
 
 type streamOptions struct {
@@ -37,7 +47,8 @@ type streamOptions struct {
 
 type chunk struct {
 	Choices []struct {
-		Text string `json:"text"`
+		Text         string  `json:"text"`
+		FinishReason *string `json:"finish_reason"`
 	} `json:"choices"`
 	Usage *struct {
 		PromptTokens     int `json:"prompt_tokens"`
@@ -52,17 +63,29 @@ type chunk struct {
 type completion struct {
 	// Sent is when the request was sent; Accepted when its response headers arrived (the
 	// server has it); FirstToken when the first chunk with a choice arrived; End when the
-	// stream ended.
-	Sent, Accepted, FirstToken, End time.Time
-	CompletionTokens                int
+	// stream ended; Last when the last data arrived (a failed attempt's last byte).
+	Sent, Accepted, FirstToken, End, Last time.Time
+	CompletionTokens                      int
 	// Streamed is the output tokens received so far: the last usage a chunk carried (with
-	// continuous usage stats), else the chunks that carried text.
+	// continuous usage stats) or the chunks that carried text, whichever is more.
 	Streamed int
 }
 
-// errRetryable marks failures worth another try: refused connections, 5xx, timeouts, a short
-// stream or a wrong token count.
-var errRetryable = errors.New("retryable")
+// retryableError marks a failure worth another try: a refused connection, a 5xx, a timeout, a
+// short stream or a wrong token count. It reads as the failure it wraps.
+type retryableError struct{ err error }
+
+func (e *retryableError) Error() string { return e.err.Error() }
+func (e *retryableError) Unwrap() error { return e.err }
+
+// retryable marks err as worth another try.
+func retryable(err error) error { return &retryableError{err} }
+
+// isRetryable reports whether err is worth another try.
+func isRetryable(err error) bool {
+	var r *retryableError
+	return errors.As(err, &r)
+}
 
 // Timeouts bound one attempt of a call, in real time.
 type Timeouts struct {
@@ -103,8 +126,15 @@ func (e *silenceError) Error() string {
 }
 
 // open sends the request to base (the server's root URL) and returns once the response
-// headers have arrived, or with an error.
-func open(ctx context.Context, hc *http.Client, base, apiKey string, req request, t Timeouts) (*stream, error) {
+// headers have arrived, or with an error; wrote, when set, is closed once the request has
+// been written to the connection (or the attempt failed first).
+func open(ctx context.Context, hc *http.Client, base, apiKey string, req request, t Timeouts, wrote chan struct{}) (*stream, error) {
+	if wrote != nil {
+		var once sync.Once
+		signal := func() { once.Do(func() { close(wrote) }) }
+		defer signal()
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{WroteRequest: func(httptrace.WroteRequestInfo) { signal() }})
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return nil, err
@@ -133,7 +163,7 @@ func open(ctx context.Context, hc *http.Client, base, apiKey string, req request
 		if errors.As(err, &ne) && ne.Timeout() && context.Cause(s.ctx) == nil {
 			err = fmt.Errorf("no connection or no response headers within %v ([replay] connect_timeout): %v", t.Connect, err)
 		}
-		err = fmt.Errorf("%w: %v", errRetryable, s.why(err))
+		err = retryable(s.why(err))
 		s.close()
 		return nil, err
 	}
@@ -144,7 +174,7 @@ func open(ctx context.Context, hc *http.Client, base, apiKey string, req request
 		s.close()
 		err := fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))
 		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-			err = fmt.Errorf("%w: %v", errRetryable, err)
+			err = retryable(err)
 		}
 		return nil, err
 	}
@@ -188,6 +218,9 @@ func (s *stream) why(err error) error {
 }
 
 // read reads the stream to its end; onFirst, when set, is called when the first token arrives.
+// A stream is complete only when it ends with [DONE] after a finish reason and its usage, and
+// the usage counts the tokens asked for: anything less (a server that stopped a generation
+// early, a proxy that cut the stream) is an error, never a short call.
 func (s *stream) read(onFirst func(time.Time)) (completion, error) {
 	defer s.close()
 	defer s.resp.Body.Close()
@@ -195,7 +228,9 @@ func (s *stream) read(onFirst func(time.Time)) (completion, error) {
 	sc := bufio.NewScanner(s.resp.Body)
 	sc.Buffer(make([]byte, 64*1024), 4<<20)
 	done := false
-	usage := -1
+	usage, prompt := -1, 0
+	finish := ""
+	chunks := 0
 	idle := &silenceError{"no data from the server", s.t.Idle, "idle_timeout"}
 	for sc.Scan() {
 		line := sc.Bytes()
@@ -203,6 +238,7 @@ func (s *stream) read(onFirst func(time.Time)) (completion, error) {
 		if !ok {
 			continue
 		}
+		c.Last = time.Now()
 		data = bytes.TrimSpace(data)
 		if string(data) == "[DONE]" {
 			done = true
@@ -213,16 +249,25 @@ func (s *stream) read(onFirst func(time.Time)) (completion, error) {
 		}
 		var ch chunk
 		if err := json.Unmarshal(data, &ch); err != nil {
-			return *c, fmt.Errorf("%w: bad stream chunk: %v", errRetryable, err)
+			return *c, retryable(fmt.Errorf("bad stream chunk: %v", err))
 		}
 		if ch.Error != nil {
-			return *c, fmt.Errorf("%w: server error in stream: %s", errRetryable, ch.Error.Message)
+			return *c, retryable(fmt.Errorf("server error in stream: %s", ch.Error.Message))
 		}
-		if ch.Usage != nil {
-			c.Streamed = ch.Usage.CompletionTokens
-		} else if len(ch.Choices) > 0 {
-			c.Streamed++
+		for _, choice := range ch.Choices {
+			if choice.FinishReason != nil && *choice.FinishReason != "" {
+				finish = *choice.FinishReason
+			}
 		}
+		if len(ch.Choices) > 0 && (ch.Choices[0].Text != "" || ch.Choices[0].FinishReason == nil) {
+			chunks++
+		}
+		if ch.Usage != nil && ch.Usage.CompletionTokens > 0 {
+			usage, prompt = ch.Usage.CompletionTokens, ch.Usage.PromptTokens
+		} else if ch.Usage != nil && len(ch.Choices) == 0 {
+			usage, prompt = 0, ch.Usage.PromptTokens // a final usage of no tokens
+		}
+		c.Streamed = max(chunks, usage)
 		if len(ch.Choices) > 0 && c.FirstToken.IsZero() {
 			c.FirstToken = time.Now()
 			if onFirst != nil {
@@ -232,57 +277,72 @@ func (s *stream) read(onFirst func(time.Time)) (completion, error) {
 		if !c.FirstToken.IsZero() && s.t.Idle > 0 {
 			s.watch(s.t.Idle, idle)
 		}
-		if ch.Usage != nil {
-			usage = ch.Usage.CompletionTokens
-		}
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return *c, fmt.Errorf("%w: the stream ended without [DONE]: the server closed the connection mid-stream", errRetryable)
+			return *c, retryable(errors.New("the stream ended without [DONE]: the server closed the connection mid-stream"))
 		}
-		return *c, fmt.Errorf("%w: reading the stream: %v", errRetryable, s.why(err))
+		return *c, retryable(fmt.Errorf("reading the stream: %v", s.why(err)))
 	}
 	c.End = time.Now()
-	if !done {
-		return *c, fmt.Errorf("%w: the stream ended without [DONE]", errRetryable)
-	}
-	if usage < 0 {
+	switch {
+	case !done && finish == "" && usage < 0:
+		return *c, retryable(fmt.Errorf("the stream ended after %d tokens without a finish reason, usage or [DONE]: the server stopped the generation early", chunks))
+	case !done:
+		return *c, retryable(errors.New("the stream ended without [DONE]"))
+	case usage < 0:
 		return *c, errors.New("the stream carried no usage (stream_options.include_usage unsupported?)")
+	case finish == "":
+		return *c, retryable(fmt.Errorf("the stream carried no finish reason (%d tokens)", usage))
+	case usage != s.req.MaxTokens:
+		return *c, retryable(fmt.Errorf("the server produced %d tokens, %d were asked (finish reason %q)", usage, s.req.MaxTokens, finish))
+	case s.req.promptTokens > 0 && prompt > 0 && prompt != s.req.promptTokens:
+		return *c, fmt.Errorf("the server counted %d prompt tokens, %d were sent: it truncated the prompt or tokenizes it otherwise", prompt, s.req.promptTokens)
 	}
 	c.CompletionTokens = usage
-	if usage != s.req.MaxTokens {
-		return *c, fmt.Errorf("%w: the server produced %d tokens, %d were asked", errRetryable, usage, s.req.MaxTokens)
-	}
 	return *c, nil
 }
 
 // complete runs one attempt: open, then read.
 func complete(ctx context.Context, hc *http.Client, base, apiKey string, req request, t Timeouts) (completion, error) {
-	s, err := open(ctx, hc, base, apiKey, req, t)
+	s, err := open(ctx, hc, base, apiKey, req, t, nil)
 	if err != nil {
 		return completion{}, err
 	}
 	return s.read(nil)
 }
 
-// healthy reports whether GET base/health answers 200.
-func healthy(ctx context.Context, hc *http.Client, base string) bool {
-	return healthStatus(ctx, hc, base) == http.StatusOK
+// healthy reports whether the server's health route answers 200.
+func healthy(ctx context.Context, hc *http.Client, base string, api API) bool {
+	status, _ := probeHealth(ctx, hc, base, api)
+	return status == http.StatusOK
 }
 
-// healthStatus is the status GET base/health answers, 0 when none.
-func healthStatus(ctx context.Context, hc *http.Client, base string) int {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/health", nil)
+// probeHealth asks the server's health route (GET /health; Ollama's GET /): the status it
+// answered, or 0 and why it did not answer.
+func probeHealth(ctx context.Context, hc *http.Client, base string, api API) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+api.healthPath(), nil)
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return 0
+		return 0, err
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
-	return resp.StatusCode
+	return resp.StatusCode, nil
+}
+
+// connectError reports whether err says that nothing listens at the address (or it cannot be
+// reached at all), as opposed to a server that answers slowly or with an error.
+func connectError(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns)
 }
 
 // get fetches GET base+path (at most 4 MiB of it); a status other than 200 is an error.
@@ -330,10 +390,10 @@ func servedModels(ctx context.Context, hc *http.Client, base, apiKey string) ([]
 	return ids, nil
 }
 
-// serverVersion asks GET base/version, which vLLM answers with {"version": "0.11.0"}; "" when
-// the server does not say.
-func serverVersion(ctx context.Context, hc *http.Client, base, apiKey string) string {
-	data, err := get(ctx, hc, base, "/version", apiKey)
+// serverVersion asks GET base/version, which vLLM answers with {"version": "0.11.0"} (Ollama:
+// GET /api/version); "" when the server does not say.
+func serverVersion(ctx context.Context, hc *http.Client, base, apiKey string, api API) string {
+	data, err := get(ctx, hc, base, api.versionPath(), apiKey)
 	if err != nil {
 		return ""
 	}

@@ -39,6 +39,7 @@ func TestConnectTimeout(t *testing.T) {
 	hc := &http.Client{Transport: &http.Transport{ResponseHeaderTimeout: to.Connect}}
 	_, err = complete(context.Background(), hc, "http://"+ln.Addr().String(), "", request{Model: "m", Prompt: []int{1000}, MaxTokens: 1}, to)
 	require.Error(t, err)
-	assert.ErrorIs(t, err, errRetryable)
+	assert.True(t, isRetryable(err), "%v is retryable", err)
+	assert.NotContains(t, err.Error(), "retryable", "the internal mark does not show")
 	assert.Contains(t, err.Error(), "connect_timeout")
 }

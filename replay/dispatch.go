@@ -26,6 +26,11 @@ type job struct {
 	// held says the call was submitted open (prefill-decode overlap) and waits for its last
 	// input before it is queued (see Backend.Grow).
 	held bool
+	// eligible is when the call could first have been sent (real time): it was at the head of
+	// its server's queue and the server had room. Its sending later is the replay's own lag.
+	eligible time.Time
+	// ended is when its last attempt's stream ended (real time; zero: not known).
+	ended time.Time
 }
 
 // errCancelled is the cause of a stream closed because its call was cancelled.
@@ -44,6 +49,8 @@ type dispatcher struct {
 	queues   map[*server][]*job // per server, in submission order
 	inflight map[*server]int
 	jobs     map[int]*job // queued or in flight, by call ID
+	// freed is when each server last had a place freed (real time: its call's last byte).
+	freed map[*server]time.Time
 
 	sendMu sync.Mutex // held while a request is sent and its headers awaited
 	// prefills are the overlap's prefill-only requests under way.
@@ -52,7 +59,7 @@ type dispatcher struct {
 
 func newDispatcher(b *Backend, worker int) *dispatcher {
 	return &dispatcher{b: b, worker: worker, wake: make(chan struct{}, 1), queues: map[*server][]*job{}, inflight: map[*server]int{},
-		jobs: map[int]*job{}}
+		jobs: map[int]*job{}, freed: map[*server]time.Time{}}
 }
 
 func (d *dispatcher) signal() {
@@ -69,8 +76,17 @@ func (d *dispatcher) push(j *job) {
 	j.seq = d.seq
 	d.queues[j.srv] = append(d.queues[j.srv], j)
 	d.jobs[j.call.ID] = j
+	d.markEligible(j.srv, time.Now())
 	d.mu.Unlock()
 	d.signal()
+}
+
+// markEligible records, under mu, that the head of srv's queue may be sent from at on, if the
+// server has room and the head has no earlier mark.
+func (d *dispatcher) markEligible(srv *server, at time.Time) {
+	if q := d.queues[srv]; len(q) > 0 && d.inflight[srv] < srv.limit && q[0].eligible.IsZero() {
+		q[0].eligible = at
+	}
 }
 
 // cancel cancels a call: one still queued is dropped and reported at once; one sent has its
@@ -144,6 +160,10 @@ func (d *dispatcher) next() *job {
 				d.queues[best.srv] = q[1:]
 			}
 			d.inflight[best.srv]++
+			if best.eligible.IsZero() {
+				best.eligible = time.Now()
+			}
+			d.markEligible(best.srv, time.Now())
 			d.mu.Unlock()
 			return best
 		}
@@ -156,13 +176,15 @@ func (d *dispatcher) next() *job {
 	}
 }
 
-// release gives a finished call's place back.
-func (d *dispatcher) release(srv *server) {
+// release gives a finished call's place back; ended is when the call's stream ended (its
+// successor in the place could have been sent from then on).
+func (d *dispatcher) release(srv *server, ended time.Time) {
 	d.mu.Lock()
 	d.inflight[srv]--
 	if d.inflight[srv] == 0 {
 		delete(d.inflight, srv)
 	}
+	d.markEligible(srv, ended)
 	d.mu.Unlock()
 	d.signal()
 }
@@ -179,22 +201,67 @@ func (d *dispatcher) run() {
 	}
 }
 
-// attempt is one try of a call: the stream once its headers arrived, or why it failed.
+// attempt is one try of a call: the stream once its headers arrived, or why it failed. An
+// attempt sent to a server that answers the headers only with the first token (Ollama) is
+// pending until then.
 type attempt struct {
-	s   *stream
-	err error
-	t   *tracked
+	s    *stream
+	err  error
+	t    *tracked
+	sent time.Time
+	// pending delivers the attempt once its headers arrived (nil: it is complete).
+	pending chan attempt
 }
 
-// send opens one attempt of j, holding the worker's send lock until the response headers are
-// in (or the attempt failed).
+// wait waits for a pending attempt's headers.
+func (a attempt) wait() attempt {
+	if a.pending == nil {
+		return a
+	}
+	r := <-a.pending
+	r.sent = a.sent
+	return r
+}
+
+// send opens one attempt of j. The worker's send lock is held until the server has taken the
+// request: until its response headers arrived, for servers that answer them when they queue
+// the request (vLLM, the emulator), or until it was written, for one that answers them with
+// the first token (Ollama; the attempt is then pending).
 func (d *dispatcher) send(j *job) attempt {
 	b := d.b
-	req := request{Model: j.call.Model, Prompt: b.prompt(j.call), MaxTokens: j.call.OutputTokens, MinTokens: j.call.OutputTokens,
-		IgnoreEOS: true, Stream: true, StreamOptions: streamOptions{IncludeUsage: true, ContinuousUsage: true}}
+	req := b.request(j.call, j.call.OutputTokens)
 	d.sendMu.Lock()
+	sent := time.Now()
+	if !j.eligible.IsZero() {
+		lag := sent.Sub(j.eligible)
+		b.over.record(func(o *overheads) { o.lag += lag; o.sends.add(lag) })
+		j.eligible = time.Time{} // a retry is not the dispatcher's lag
+	}
+	if b.cfg.API.headersWithFirstToken() {
+		wrote := make(chan struct{})
+		res := make(chan attempt, 1)
+		go func() { res <- d.open(j, req, wrote) }()
+		select {
+		case <-wrote:
+			d.sendMu.Unlock()
+			return attempt{sent: sent, pending: res}
+		case a := <-res:
+			d.sendMu.Unlock()
+			a.sent = sent
+			return a
+		}
+	}
 	defer d.sendMu.Unlock()
-	s, err := open(b.ctx, j.srv.hc, j.srv.url, b.cfg.APIKey, req, b.cfg.Timeouts)
+	a := d.open(j, req, nil)
+	a.sent = sent
+	return a
+}
+
+// open sends req for j and waits for its response headers; wrote, when set, is closed once
+// the request is written.
+func (d *dispatcher) open(j *job, req request, wrote chan struct{}) attempt {
+	b := d.b
+	s, err := open(b.ctx, j.srv.hc, j.srv.url, b.cfg.APIKey, req, b.cfg.Timeouts, wrote)
 	if err != nil {
 		return attempt{err: err}
 	}
@@ -215,6 +282,25 @@ func (d *dispatcher) send(j *job) attempt {
 	return attempt{s: s, t: t}
 }
 
+// request is the completion request of call c with maxTokens output tokens, its prompt in the
+// form the servers' API takes.
+func (b *Backend) request(c *traces.Call, maxTokens int) request {
+	req := request{Model: c.Model, MaxTokens: maxTokens, Stream: true,
+		StreamOptions: streamOptions{IncludeUsage: true}, CacheSalt: b.cfg.CacheSalt, promptTokens: c.InputTokens}
+	switch b.cfg.API {
+	case APIOllama:
+		req.Prompt = PromptText(b.cfg.Seed, c.Query, c.ID, c.InputTokens-1, b.prefixOf(c), b.cfg.PromptWords)
+		seed := 0
+		req.Seed = &seed
+		req.CacheSalt = "" // Ollama has none: each policy unloads its models at its end
+	default:
+		req.Prompt = b.prompt(c)
+		req.MinTokens, req.IgnoreEOS = maxTokens, true
+		req.StreamOptions.ContinuousUsage = true
+	}
+	return req
+}
+
 // prompt is the call's prompt as token IDs.
 func (b *Backend) prompt(c *traces.Call) []int {
 	return PromptIDs(b.cfg.Seed, c.Query, c.ID, c.InputTokens, b.prefixOf(c), b.cfg.Models[c.Model].Vocab)
@@ -231,7 +317,11 @@ func (d *dispatcher) finish(j *job, att attempt) {
 	d.mu.Lock()
 	delete(d.jobs, j.call.ID)
 	d.mu.Unlock()
-	d.release(j.srv)
+	ended := j.ended
+	if ended.IsZero() {
+		ended = time.Now()
+	}
+	d.release(j.srv, ended)
 	ev.Call = &j.ref
 	ev.Timing.Submitted = j.submitted
 	d.b.emit(ev)
@@ -239,22 +329,29 @@ func (d *dispatcher) finish(j *job, att attempt) {
 
 func (d *dispatcher) complete(j *job, att attempt) backend.Event {
 	b, c, srv, w := d.b, j.call, j.srv, d.worker
-	backoff := b.cfg.RetryBackoff
+	backoff := b.cfg.RetryBackoff // in the experiment's time
 	err := att.err
+	first := att.sent // the first attempt's sending
+	attempts := 1
+	var comp completion // the last attempt's
 	for try := 0; ; try++ {
 		if try > 0 {
-			slog.Warn("retrying call", "call", c.ID, "query", c.Query, "model", c.Model, "worker", w, "url", srv.url, "attempt", try, "err", err)
+			slog.Warn("retrying call", "call", c.ID, "query", c.Query, "model", c.Model, "worker", w, "url", srv.url, "attempt", try+1, "err", err)
+			// The backoff is a span of the experiment's time: at time scale s it waits 1/s as
+			// long in real time, so that it costs the results what it would cost on the GPUs.
 			select {
-			case <-time.After(backoff):
+			case <-time.After(b.real(backoff)):
 			case <-b.ctx.Done():
 				return backend.Event{Kind: backend.EventFailed, At: b.Now(), Worker: backend.WorkerID(w), Model: c.Model, Err: b.ctx.Err()}
 			}
 			backoff *= 2
 			att = d.send(j)
 			err = att.err
+			attempts++
 		}
+		att = att.wait()
+		comp = completion{Sent: att.sent}
 		if att.s != nil {
-			var comp completion
 			comp, err = att.s.read(func(at time.Time) {
 				if srv.adm != nil {
 					srv.adm.firstToken(att.t, at)
@@ -263,10 +360,14 @@ func (d *dispatcher) complete(j *job, att attempt) backend.Event {
 			if srv.adm != nil {
 				srv.adm.remove(att.t)
 			}
+			j.ended = comp.Last
 			if err == nil {
+				j.ended = comp.End
 				started := att.t.started(comp.FirstToken)
+				b.over.record(func(o *overheads) { o.served += comp.End.Sub(comp.Sent) })
 				return backend.Event{Kind: backend.EventDone, At: b.virtual(comp.End), Worker: backend.WorkerID(w), Model: c.Model,
-					Timing: backend.CallTiming{Started: b.virtual(started), FirstToken: b.virtual(comp.FirstToken), End: b.virtual(comp.End)}}
+					Timing:   backend.CallTiming{Started: b.virtual(started), FirstToken: b.virtual(comp.FirstToken), End: b.virtual(comp.End)},
+					Attempts: attempts, RetryLost: b.virtual(comp.Sent) - b.virtual(first)}
 			}
 			if d.cancelled(j) {
 				// Closed by Cancel: the server aborted the request. The tokens are those
@@ -286,7 +387,7 @@ func (d *dispatcher) complete(j *job, att attempt) backend.Event {
 			return backend.Event{Kind: backend.EventCancelled, At: now, Worker: backend.WorkerID(w), Model: c.Model,
 				Timing: backend.CallTiming{Started: now, FirstToken: now, End: now}}
 		}
-		if !errors.Is(err, errRetryable) || try >= b.cfg.Retries || b.ctx.Err() != nil {
+		if !isRetryable(err) || try >= b.cfg.Retries || b.ctx.Err() != nil {
 			break
 		}
 	}
@@ -295,18 +396,38 @@ func (d *dispatcher) complete(j *job, att attempt) backend.Event {
 	case <-srv.exit:
 		dead = true
 	default:
-		// An attached server: dead when it no longer answers /health.
+		// An attached server: dead when it no longer answers its health check.
 		if srv.cmd == nil {
 			hctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
-			dead = !healthy(hctx, b.control, srv.url)
+			dead = !healthy(hctx, b.control, srv.url, b.cfg.API)
 			cancel()
 		}
 	}
 	if dead && b.ctx.Err() == nil {
 		b.markDead(fmt.Errorf("worker %d: the server of %s (%s) is gone: %v", w, c.Model, srv.url, err))
 	}
+	// A failed call keeps what its last attempt observed: when it was sent, its first token
+	// if one came, and its last byte (or the failure, when nothing came back).
+	now := time.Now()
+	sent, last := comp.Sent, comp.Last
+	if sent.IsZero() {
+		sent = now
+	}
+	if last.IsZero() {
+		last = now
+	}
+	ft := comp.FirstToken
+	if ft.IsZero() {
+		ft = last
+	}
+	tries := ""
+	if attempts > 1 {
+		tries = fmt.Sprintf(" after %d attempts", attempts)
+	}
 	return backend.Event{Kind: backend.EventFailed, At: b.Now(), Worker: backend.WorkerID(w), Model: c.Model,
-		Err: fmt.Errorf("call %d (query %d, %s) on worker %d (%s): %w", c.ID, c.Query, c.Model, w, srv.url, err)}
+		Timing:   backend.CallTiming{Started: b.virtual(sent), FirstToken: b.virtual(ft), End: b.virtual(last)},
+		Attempts: attempts, RetryLost: b.virtual(sent) - b.virtual(first),
+		Err: fmt.Errorf("call %d (query %d, %s) on worker %d (%s)%s: %w", c.ID, c.Query, c.Model, w, srv.url, tries, err)}
 }
 
 // Cancel implements backend.Backend: a queued call is dropped; a sent one has its stream

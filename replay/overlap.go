@@ -94,12 +94,13 @@ func (b *Backend) Grow(w backend.WorkerID, id int, tokens int, close bool) error
 // and reads it to its end in the background; its failure only costs the cache hit.
 func (d *dispatcher) prefill(srv *server, c *traces.Call) {
 	b := d.b
-	req := request{Model: c.Model, Prompt: b.prompt(c), MaxTokens: 1, Stream: true, StreamOptions: streamOptions{IncludeUsage: true}}
+	req := b.request(c, 1)
+	req.MinTokens, req.StreamOptions.ContinuousUsage = 0, false
 	d.prefills.Add(1)
 	go func() {
 		defer d.prefills.Done()
 		d.sendMu.Lock()
-		s, err := open(b.ctx, srv.hc, srv.url, b.cfg.APIKey, req, b.cfg.Timeouts)
+		s, err := open(b.ctx, srv.hc, srv.url, b.cfg.APIKey, req, b.cfg.Timeouts, nil)
 		d.sendMu.Unlock()
 		if err == nil {
 			_, err = s.read(nil)

@@ -20,6 +20,13 @@ type Measurement struct {
 	Latency       float64
 }
 
+// Profiled is what a profiling run measured: the batch latencies, and, for a server that loads
+// models through its API (Ollama), the times its loads took (seconds, scaled).
+type Profiled struct {
+	Batches []Measurement
+	Loads   []float64
+}
+
 // ProfileConfig says what to measure.
 type ProfileConfig struct {
 	URL, Model, APIKey string
@@ -28,54 +35,85 @@ type ProfileConfig struct {
 	TimeScale float64
 	// Warmup requests sent before measuring (a cold server is slower at first).
 	Warmup int
+	// API is the server's protocol (default APIOpenAI); PromptWords the words of text prompts
+	// (APIOllama; default DefaultPromptWords).
+	API         API
+	PromptWords int
+	// Loads is how many times to unload and load the model and time the load (APIOllama
+	// only: a vLLM server serves one model for its life).
+	Loads int
 	// Progress, when set, is called after each measurement.
 	Progress func(Measurement)
 }
 
 // Profile measures batch latencies over the sweep of lengths x batch sizes against one
-// OpenAI-compatible server: the offline profiling step that `mosaic profile` fits the cost
-// model's coefficients to.
-func Profile(ctx context.Context, pc ProfileConfig) ([]Measurement, error) {
+// OpenAI-compatible server (or Ollama): the offline profiling step that `mosaic profile` fits
+// the cost model's coefficients to; with Loads, also how long the server takes to load the
+// model.
+func Profile(ctx context.Context, pc ProfileConfig) (Profiled, error) {
 	if pc.TimeScale <= 0 {
 		pc.TimeScale = 1
 	}
+	pc.API = pc.API.orDefault()
+	if pc.PromptWords <= 0 {
+		pc.PromptWords = DefaultPromptWords
+	}
+	var prof Profiled
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
-	if !healthy(ctx, hc, pc.URL) {
-		return nil, fmt.Errorf("%s does not answer GET /health with 200", pc.URL)
+	if status, err := probeHealth(ctx, hc, pc.URL, pc.API); status != http.StatusOK {
+		why := fmt.Sprintf("HTTP %d", status)
+		if err != nil {
+			why = err.Error()
+		}
+		return prof, fmt.Errorf("%s does not answer GET %s with 200: %s", pc.URL, pc.API.healthPath(), why)
 	}
 	ids, err := servedModels(ctx, hc, pc.URL, pc.APIKey)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", pc.URL, err)
+		return prof, fmt.Errorf("%s: %w", pc.URL, err)
 	}
 	found := false
 	for _, id := range ids {
-		found = found || id == pc.Model
+		found = found || id == pc.Model || (pc.API == APIOllama && sameOllamaModel(id, pc.Model))
 	}
 	if !found {
-		return nil, fmt.Errorf("%s serves %v, not %q", pc.URL, ids, pc.Model)
+		return prof, fmt.Errorf("%s serves %v, not %q", pc.URL, ids, pc.Model)
+	}
+	if pc.Loads > 0 && !pc.API.loadsThroughAPI() {
+		return prof, fmt.Errorf("the %s API loads no models: a server serves one for its life (measure its start-up instead)", pc.API)
+	}
+	for i := range pc.Loads {
+		if err := ollamaUnload(ctx, hc, pc.URL, pc.Model); err != nil {
+			return prof, err
+		}
+		began := time.Now()
+		if err := ollamaLoad(ctx, hc, pc.URL, pc.Model); err != nil {
+			return prof, err
+		}
+		d := time.Since(began).Seconds() * pc.TimeScale
+		prof.Loads = append(prof.Loads, d)
+		slog.Info("measured a load", "model", pc.Model, "load", i+1, "of", pc.Loads, "seconds", d)
 	}
 	sent := 0 // requests so far: each gets its own prompt, so no prefix cache serves it
 	if pc.Warmup > 0 {
 		slog.Info("warming up", "requests", pc.Warmup)
 		if _, err := batch(ctx, hc, pc, 64, pc.Warmup, &sent); err != nil {
-			return nil, fmt.Errorf("warm-up: %w", err)
+			return prof, fmt.Errorf("warm-up: %w", err)
 		}
 	}
-	var out []Measurement
 	for _, l := range pc.Lengths {
 		for _, b := range pc.Batches {
 			d, err := batch(ctx, hc, pc, l, b, &sent)
 			if err != nil {
-				return out, fmt.Errorf("L=%d B=%d: %w", l, b, err)
+				return prof, fmt.Errorf("L=%d B=%d: %w", l, b, err)
 			}
 			m := Measurement{Length: l, Batch: b, Latency: d.Seconds() * pc.TimeScale}
-			out = append(out, m)
+			prof.Batches = append(prof.Batches, m)
 			if pc.Progress != nil {
 				pc.Progress(m)
 			}
 		}
 	}
-	return out, nil
+	return prof, nil
 }
 
 // batch sends b requests of l prompt and l output tokens at once and returns the time until
@@ -84,8 +122,15 @@ func Profile(ctx context.Context, pc ProfileConfig) ([]Measurement, error) {
 func batch(ctx context.Context, hc *http.Client, pc ProfileConfig, l, b int, sent *int) (time.Duration, error) {
 	reqs := make([]request, b)
 	for i := range reqs {
-		reqs[i] = request{Model: pc.Model, Prompt: PromptIDs(profileSeed, *sent, 0, l, 0, 0), MaxTokens: l, MinTokens: l, IgnoreEOS: true,
-			Stream: true, StreamOptions: streamOptions{IncludeUsage: true}}
+		reqs[i] = request{Model: pc.Model, MaxTokens: l, Stream: true, StreamOptions: streamOptions{IncludeUsage: true}, promptTokens: l}
+		if pc.API == APIOllama {
+			reqs[i].Prompt = PromptText(profileSeed, *sent, 0, l-1, 0, pc.PromptWords) // and the BOS token
+			seed := 0
+			reqs[i].Seed = &seed
+		} else {
+			reqs[i].Prompt = PromptIDs(profileSeed, *sent, 0, l, 0, 0)
+			reqs[i].MinTokens, reqs[i].IgnoreEOS = l, true
+		}
 		*sent++
 	}
 	start := time.Now()
@@ -96,6 +141,9 @@ func batch(ctx context.Context, hc *http.Client, pc ProfileConfig, l, b int, sen
 		go func() {
 			defer wg.Done()
 			_, errs[i] = complete(ctx, hc, pc.URL, pc.APIKey, reqs[i], Timeouts{})
+			if errs[i] != nil && ctx.Err() == nil {
+				errs[i] = fmt.Errorf("request %d of the batch: %w", i, errs[i])
+			}
 		}()
 	}
 	wg.Wait()

@@ -1,5 +1,7 @@
 package replay
 
+import "strconv"
+
 // Synthetic prompts are lists of token IDs, which vLLM's /v1/completions accepts as `prompt`
 // in place of text. Sending IDs fixes the prompt length exactly (no tokenizer in between) and
 // lets the replay decide exactly which calls share leading tokens, so that a server's prefix
@@ -51,11 +53,40 @@ func PromptIDs(seed uint64, query, call, inputTokens, prefixTokens, vocab int) [
 	if inputTokens <= 0 {
 		return []int{}
 	}
-	prefix := min(max(prefixTokens, 0), inputTokens)
 	lo, hi := PromptIDLow, PromptIDHigh
 	if vocab > 0 {
 		hi = min(hi, max(vocab, MinVocab)-PromptIDLow)
 	}
+	return promptStream(seed, query, call, inputTokens, prefixTokens, lo, hi)
+}
+
+// PromptText returns the prompt of one call as a text of words words ("w17 w3 w250 ...") drawn
+// from w0 ... w{vocab-1} (vocab at least 2) as PromptIDs draws IDs, with the same sharing: the
+// first prefixWords words are the query's, the rest the call's own. It is for servers that
+// take text prompts only (Ollama) and models whose tokenizer makes each such word one token
+// (as the models `mosaic` generates for them do).
+func PromptText(seed uint64, query, call, words, prefixWords, vocab int) string {
+	if words <= 0 {
+		return ""
+	}
+	ids := promptStream(seed, query, call, words, prefixWords, 0, max(vocab, 2))
+	b := make([]byte, 0, 5*len(ids))
+	for i, id := range ids {
+		if i > 0 {
+			b = append(b, ' ')
+		}
+		b = append(b, 'w')
+		b = strconv.AppendInt(b, int64(id), 10)
+	}
+	return string(b)
+}
+
+// promptStream draws n values of [lo, hi) for one call's prompt as PromptIDs describes.
+func promptStream(seed uint64, query, call, inputTokens, prefixTokens, lo, hi int) []int {
+	if inputTokens <= 0 {
+		return []int{}
+	}
+	prefix := min(max(prefixTokens, 0), inputTokens)
 	span := uint64(hi - lo)
 	question := streamKey(seed, streamQuestion, uint64(query), 0)
 	own := streamKey(seed, streamCall, uint64(query), uint64(call))

@@ -68,8 +68,19 @@ func (r *Request) fullBlocks(size int) int {
 
 // BlockHashes returns the chained hash of each full block of a prompt given as token IDs: the
 // Request.Blocks of a prompt whose tokens are known (equal blocks behind equal prefixes hash
-// alike, whatever follows).
-func BlockHashes(ids []int, size int) []uint64 {
+// alike, whatever follows). It is BlockHashesSalted with no salt.
+func BlockHashes(ids []int, size int) []uint64 { return BlockHashesSalted(ids, size, "") }
+
+// BlockHashesSalted is BlockHashes for a request that carries vLLM's cache_salt: the salt is
+// an extra key of the prompt's first block only, and since every block's hash chains through
+// its parent's, every block of a salted prompt differs from the same prompt's unsalted or
+// differently salted blocks, while prompts with the same salt share their prefixes as
+// unsalted ones do. This is vLLM V1's scheme: in vllm/v1/core/kv_cache_utils.py,
+// generate_block_hash_extra_keys adds request.cache_salt to the extra keys when
+// start_token_idx == 0 and the salt is non-empty, and hash_block_tokens hashes (parent hash,
+// block tokens, extra keys) (read at vllm-project/vllm commit 001cabc1be16). An empty salt is no
+// salt, as there (vLLM's API refuses one); the unsalted hashes are those BlockHashes always gave.
+func BlockHashesSalted(ids []int, size int, salt string) []uint64 {
 	out := make([]uint64, 0, len(ids)/size)
 	var h maphash.Hash
 	h.SetSeed(hashSeed)
@@ -86,6 +97,14 @@ func BlockHashes(ids []int, size int) []uint64 {
 				buf[j] = byte(uint64(id) >> (8 * j))
 			}
 			h.Write(buf[:])
+		}
+		if start == 0 && salt != "" {
+			// After the block's fixed-length tokens: the salt's length, then the salt.
+			for j := range 8 {
+				buf[j] = byte(uint64(len(salt)) >> (8 * j))
+			}
+			h.Write(buf[:])
+			h.WriteString(salt)
 		}
 		prev = h.Sum64()
 		out = append(out, prev)
@@ -188,4 +207,52 @@ func (e *Engine) reclaim() {
 		delete(c.blocks, b.hash)
 		e.evictable--
 	}
+}
+
+// ResetPrefixCache forgets every cached prompt block, so that no later prompt reuses a block
+// computed before, as vLLM's BlockPool.reset_prefix_cache does (vllm/v1/core/block_pool.py,
+// reached from Scheduler.reset_prefix_cache through KVCacheManager.reset_prefix_cache). Like
+// vLLM it refuses, changing nothing, while any KV block is in use (a running sequence holds
+// blocks; PreemptAll frees them first): it then returns false and the number of blocks in use.
+// The lookup counters (Stats.PrefixQueried and PrefixHit) keep counting. Without prefix caching
+// there is nothing to forget, but a busy engine still refuses, as vLLM's does. The blocks it
+// drops were unreferenced, so the free pool and KVUsage stay as they were.
+func (e *Engine) ResetPrefixCache() (ok bool, used int) {
+	if used = e.cfg.NumBlocks - e.free; used > 0 {
+		return false, used
+	}
+	if c := e.prefix; c != nil {
+		clear(c.blocks)
+		c.free.Init()
+		e.evictable = 0
+	}
+	e.plan.ok = false
+	return true, 0
+}
+
+// PreemptAll preempts every running sequence, the most recently admitted first, as vLLM's
+// Scheduler.reset_prefix_cache does with reset_running_requests before it resets the cache:
+// each frees its KV blocks and goes back to the front of the queue, the oldest first, to be
+// recomputed (prompt and output so far) when admitted again. It returns the preempted IDs;
+// they count in Stats.Preemptions but appear in no Iteration.
+func (e *Engine) PreemptAll() []uint64 {
+	if len(e.running) == 0 {
+		return nil
+	}
+	e.plan.ok = false
+	e.sync()
+	ids := make([]uint64, 0, len(e.running))
+	for len(e.running) > 0 {
+		s := e.running[len(e.running)-1]
+		e.running = e.running[:len(e.running)-1]
+		e.free += s.blocks
+		e.release(s)
+		s.blocks, s.computed, s.chunk = 0, 0, 0
+		s.preemptions++
+		e.preemptions++
+		e.front = append(e.front, s)
+		ids = append(ids, s.req.ID)
+	}
+	e.rebuild()
+	return ids
 }

@@ -2,12 +2,12 @@ package traces
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/csv"
-	"errors"
 	"fmt"
 	"io"
 	"iter"
-	"os"
+	"math"
 	"slices"
 	"strconv"
 	"unicode"
@@ -59,7 +59,27 @@ type SummaryRow struct {
 	// SLOAttainment the share of queries that meet the experiment's SLO and RequestGoodput
 	// their rate (NaN without an SLO).
 	RequestThroughput, SLOAttainment, RequestGoodput float64
+	// Status says whether the row's figures may be used: StatusOK (every call done),
+	// StatusFailed (calls failed: no speedup or accuracy is computed for it or against it) or
+	// StatusPartial (calls failed and the figures are over the queries that completed under
+	// every policy, as replay's --allow-failed-calls asks).
+	Status string
+	// Retries counts the attempts of calls after their first (replay), and Runs the replay
+	// invocations that measured the policy (more than one: a resumed run, whose makespan spans
+	// an interruption).
+	Retries, Runs int
+	// HostLagPct estimates how much of the servers' time the replaying host's own delays cost
+	// (dispatching calls late, handling completions late), in percent of the calls' service
+	// time; 0 in the simulator.
+	HostLagPct float64
 }
+
+// The values of SummaryRow.Status.
+const (
+	StatusOK      = "ok"
+	StatusFailed  = "failed"
+	StatusPartial = "partial"
+)
 
 // SummaryHeader is the header of summary.csv.
 var SummaryHeader = []string{"experiment", "mode", "policy", "seed", "rule", "threshold", "queries", "expert_calls",
@@ -68,18 +88,28 @@ var SummaryHeader = []string{"experiment", "mode", "policy", "seed", "rule", "th
 	"gpu_busy_frac", "model_loads", "failed_calls", "skipped_calls", "cancelled_calls",
 	"mean_e2el_s", "median_e2el_s", "p90_e2el_s", "p99_e2el_s",
 	"mean_ttft_s", "median_ttft_s", "p90_ttft_s", "p99_ttft_s", "mean_queue_s", "p99_queue_s",
-	"request_throughput", "slo_attainment", "request_goodput"}
+	"request_throughput", "slo_attainment", "request_goodput", "status", "retries", "runs", "host_lag_pct"}
 
 // Record returns the row's fields in SummaryHeader order.
 func (r SummaryRow) Record() []string {
 	return []string{r.Experiment, r.Mode, r.Policy, strconv.FormatUint(r.Seed, 10), r.Rule, ratio(r.Threshold),
 		itoa(r.Queries), itoa(r.ExpertCalls), itoa(r.AggregatorCalls), itoa(r.AggregatorSkipped),
 		secs(r.ExpertStageS), secs(r.AggregatorStageS), secs(r.E2ES),
-		ratio(r.SpeedupExpert), ratio(r.SpeedupAggregator), ratio(r.SpeedupE2E),
-		ratio(r.Accuracy), ratio(r.AccuracyDeltaPP), ratio(r.GPUBusyFrac), itoa(r.ModelLoads), itoa(r.FailedCalls),
+		blank(r.SpeedupExpert), blank(r.SpeedupAggregator), blank(r.SpeedupE2E),
+		blank(r.Accuracy), blank(r.AccuracyDeltaPP), ratio(r.GPUBusyFrac), itoa(r.ModelLoads), itoa(r.FailedCalls),
 		itoa(r.SkippedCalls), itoa(r.CancelledCalls), secs(r.MeanE2ELS), secs(r.MedianE2ELS), secs(r.P90E2ELS), secs(r.P99E2ELS),
 		secs(r.MeanTTFTS), secs(r.MedianTTFTS), secs(r.P90TTFTS), secs(r.P99TTFTS), secs(r.MeanQueueS), secs(r.P99QueueS),
-		ratio(r.RequestThroughput), ratio(r.SLOAttainment), ratio(r.RequestGoodput)}
+		ratio(r.RequestThroughput), ratio(r.SLOAttainment), ratio(r.RequestGoodput),
+		cmp.Or(r.Status, StatusOK), itoa(r.Retries), itoa(max(r.Runs, 1)), ratio(r.HostLagPct)}
+}
+
+// blank formats a figure that may not have been computed (a speedup, an accuracy): empty when
+// it is not a number.
+func blank(f float64) string {
+	if math.IsNaN(f) {
+		return ""
+	}
+	return ratio(f)
 }
 
 // QueryRow is one line of queries.csv: how one query went under one policy.
@@ -153,11 +183,18 @@ type CallRow struct {
 	EndS         float64
 	Preemptions  int
 	Status       string
+	// Attempts is how many times the call was sent (replay retries a failed attempt; 1 in the
+	// simulator). The row's times are its last attempt's; RetryLostS is the time from its
+	// first attempt's sending to its last's, lost to the failed attempts and their backoff.
+	Attempts   int
+	RetryLostS float64
+	// Error says why a failed call failed (its last attempt's error).
+	Error string
 }
 
 // CallHeader is the header of calls.csv.
 var CallHeader = []string{"policy", "query", "call", "role", "layer", "model", "worker", "input_tokens", "output_tokens",
-	"ready_s", "start_s", "first_token_s", "end_s", "preemptions", "status"}
+	"ready_s", "start_s", "first_token_s", "end_s", "preemptions", "status", "attempts", "retry_lost_s", "error"}
 
 // Record returns the row's fields in CallHeader order.
 func (r CallRow) Record() []string { return record(r, len(CallHeader)) }
@@ -179,6 +216,9 @@ func (r CallRow) fields(f fieldSink) {
 	f.secs(r.EndS)
 	f.num(r.Preemptions)
 	f.str(r.Status)
+	f.num(r.Attempts)
+	f.secs(r.RetryLostS)
+	f.str(r.Error)
 }
 
 // WorkerRow is one line of workers.csv: an interval of a worker's time.
@@ -369,57 +409,50 @@ func ratio(f float64) string { return strconv.FormatFloat(f, 'f', 4, 64) }
 
 // ReadSummaryCSV reads a summary.csv written by WriteCSV; errors name the file, line and column.
 func ReadSummaryCSV(path string) ([]SummaryRow, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading summary: %w", err)
-	}
-	defer f.Close()
-	cr := csv.NewReader(f)
-	head, err := cr.Read()
-	if err != nil {
-		return nil, fmt.Errorf("%s:1: %w", path, err)
-	}
-	col := map[string]int{}
-	for i, h := range head {
-		col[h] = i
-	}
-	for _, h := range SummaryHeader {
-		if _, ok := col[h]; !ok {
-			return nil, fmt.Errorf("%s:1: missing column %q", path, h)
-		}
-	}
 	var rows []SummaryRow
-	for line := 2; ; line++ {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			return rows, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
-		}
-		var perr error
-		num := func(name string) float64 {
-			v, err := strconv.ParseFloat(rec[col[name]], 64)
-			if err != nil && perr == nil {
-				perr = fmt.Errorf("%s:%d: column %s: %q is not a number", path, line, name, rec[col[name]])
+	err := readResultsCSV(path, "summary", SummaryHeader, func(f *csvFields) {
+		// A figure that was not computed is blank; other numbers must be numbers.
+		fig := func(name string) float64 {
+			if f.str(name) == "" {
+				return math.NaN()
 			}
-			return v
+			return f.float(name)
 		}
-		r := SummaryRow{Experiment: rec[col["experiment"]], Mode: rec[col["mode"]], Policy: rec[col["policy"]], Rule: rec[col["rule"]], Threshold: num("threshold"),
-			Seed: uint64(num("seed")), Queries: int(num("queries")), ExpertCalls: int(num("expert_calls")),
-			AggregatorCalls: int(num("aggregator_calls")), AggregatorSkipped: int(num("aggregator_skipped")),
-			ExpertStageS: num("expert_stage_s"), AggregatorStageS: num("aggregator_stage_s"), E2ES: num("e2e_s"),
-			SpeedupExpert: num("speedup_expert"), SpeedupAggregator: num("speedup_aggregator"), SpeedupE2E: num("speedup_e2e"),
-			Accuracy: num("accuracy"), AccuracyDeltaPP: num("accuracy_delta_pp"), GPUBusyFrac: num("gpu_busy_frac"),
-			ModelLoads: int(num("model_loads")), FailedCalls: int(num("failed_calls")), SkippedCalls: int(num("skipped_calls")),
-			CancelledCalls: int(num("cancelled_calls")),
-			MeanE2ELS:      num("mean_e2el_s"), MedianE2ELS: num("median_e2el_s"), P90E2ELS: num("p90_e2el_s"), P99E2ELS: num("p99_e2el_s"),
-			MeanTTFTS: num("mean_ttft_s"), MedianTTFTS: num("median_ttft_s"), P90TTFTS: num("p90_ttft_s"), P99TTFTS: num("p99_ttft_s"),
-			MeanQueueS: num("mean_queue_s"), P99QueueS: num("p99_queue_s"), RequestThroughput: num("request_throughput"),
-			SLOAttainment: num("slo_attainment"), RequestGoodput: num("request_goodput")}
-		if perr != nil {
-			return nil, perr
+		r := SummaryRow{Experiment: f.str("experiment"), Mode: f.str("mode"), Policy: f.str("policy"), Rule: f.str("rule"),
+			Threshold: f.float("threshold"), Seed: uint64(f.float("seed")), Queries: f.int("queries"), ExpertCalls: f.int("expert_calls"),
+			AggregatorCalls: f.int("aggregator_calls"), AggregatorSkipped: f.int("aggregator_skipped"),
+			ExpertStageS: f.float("expert_stage_s"), AggregatorStageS: f.float("aggregator_stage_s"), E2ES: f.float("e2e_s"),
+			SpeedupExpert: fig("speedup_expert"), SpeedupAggregator: fig("speedup_aggregator"), SpeedupE2E: fig("speedup_e2e"),
+			Accuracy: fig("accuracy"), AccuracyDeltaPP: fig("accuracy_delta_pp"), GPUBusyFrac: f.float("gpu_busy_frac"),
+			ModelLoads: f.int("model_loads"), FailedCalls: f.int("failed_calls"), SkippedCalls: f.int("skipped_calls"),
+			CancelledCalls: f.int("cancelled_calls"),
+			MeanE2ELS:      f.float("mean_e2el_s"), MedianE2ELS: f.float("median_e2el_s"), P90E2ELS: f.float("p90_e2el_s"), P99E2ELS: f.float("p99_e2el_s"),
+			MeanTTFTS: f.float("mean_ttft_s"), MedianTTFTS: f.float("median_ttft_s"), P90TTFTS: f.float("p90_ttft_s"), P99TTFTS: f.float("p99_ttft_s"),
+			MeanQueueS: f.float("mean_queue_s"), P99QueueS: f.float("p99_queue_s"), RequestThroughput: f.float("request_throughput"),
+			SLOAttainment: f.float("slo_attainment"), RequestGoodput: f.float("request_goodput"),
+			Status: StatusOK, Runs: 1}
+		// Columns added after the first results were written: absent in older folders.
+		if f.has("status") {
+			r.Status = f.str("status")
+			if r.Status != StatusOK && r.Status != StatusFailed && r.Status != StatusPartial {
+				f.fail("status", "is not ok, failed or partial")
+			}
 		}
-		rows = append(rows, r)
+		if f.has("retries") {
+			r.Retries = f.int("retries")
+		}
+		if f.has("runs") {
+			r.Runs = f.int("runs")
+		}
+		if f.has("host_lag_pct") {
+			r.HostLagPct = f.float("host_lag_pct")
+		}
+		if f.err == nil {
+			rows = append(rows, r)
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
+	return rows, nil
 }

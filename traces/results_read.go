@@ -20,7 +20,11 @@ func ReadCallsCSV(path string) ([]CallRow, error) {
 			Role: f.str("role"), Layer: f.int("layer"), Model: f.str("model"), Worker: f.int("worker"),
 			InputTokens: f.int("input_tokens"), OutputTokens: f.int("output_tokens"),
 			ReadyS: f.secs("ready_s"), StartS: f.secs("start_s"), FirstTokenS: f.secs("first_token_s"),
-			EndS: f.secs("end_s"), Preemptions: f.int("preemptions"), Status: f.str("status")}
+			EndS: f.secs("end_s"), Preemptions: f.int("preemptions"), Status: f.str("status"), Attempts: 1}
+		// Columns added after the first results were written: absent in older folders.
+		if f.has("attempts") {
+			r.Attempts, r.RetryLostS, r.Error = f.int("attempts"), f.secs("retry_lost_s"), f.str("error")
+		}
 		if f.err == nil && r.Layer < 0 {
 			f.fail("layer", "is negative")
 		}
@@ -102,7 +106,7 @@ func readResultsCSV(path, what string, header []string, row func(*csvFields)) er
 		col[h] = i
 	}
 	for _, h := range header {
-		if _, ok := col[h]; !ok {
+		if _, ok := col[h]; !ok && !laterColumns[h] {
 			return fmt.Errorf("%s:1: missing column %q", path, h)
 		}
 	}
@@ -138,6 +142,19 @@ func (f *csvFields) fail(name, why string) {
 }
 
 func (f *csvFields) str(name string) string { return f.rec[f.col[name]] }
+
+// has reports whether the file has the column (one of laterColumns may be missing).
+func (f *csvFields) has(name string) bool {
+	_, ok := f.col[name]
+	return ok
+}
+
+// laterColumns are the columns added to the results files after they were first written: a
+// folder written before them still reads, with their defaults.
+var laterColumns = map[string]bool{
+	"attempts": true, "retry_lost_s": true, "error": true, // calls.csv
+	"status": true, "retries": true, "runs": true, "host_lag_pct": true, // summary.csv
+}
 
 func (f *csvFields) int(name string) int {
 	v, err := strconv.Atoi(f.rec[f.col[name]])

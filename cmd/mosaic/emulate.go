@@ -63,9 +63,11 @@ func runEmulate(args []string, stdout io.Writer) error {
 		fmt.Fprintln(fs.Output(), `usage: mosaic emulate --gpu NAME --model ARCH [--listen 127.0.0.1:8000] [--time-scale S] [flags]
 
 Serves the OpenAI-compatible API of one vLLM worker (/v1/completions, /v1/chat/completions,
-/v1/models, /health, /metrics, /version) with no GPU: requests run on the simulator's engine
-model in real time. Prompts count one token per word, or per ID when given as token IDs (whose
-leading blocks the prefix cache may serve); every request produces exactly max_tokens tokens.`)
+/v1/models, /health, /metrics, /version, and vLLM's development endpoint POST
+/reset_prefix_cache) with no GPU: requests run on the simulator's engine model in real time.
+Prompts count one token per word, or per ID when given as token IDs (whose leading blocks the
+prefix cache may serve, shared only between requests with the same cache_salt); every request
+produces exactly max_tokens tokens.`)
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterspersed(fs, args)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/mosaic-sched/mosaic/replay"
@@ -31,8 +32,12 @@ func runProfile(args []string, stdout io.Writer) error {
 	util := fs.Float64("gpu-memory-utilization", sim.DefaultGPUMemoryUtilization, "the server's gpu_memory_utilization")
 	chunked := fs.Bool("chunked-prefill", true, "whether the server uses chunked prefill")
 	apiKeyEnv := fs.String("api-key-env", "", "environment variable holding the server's API key")
+	api := fs.String("api", "openai", "the server's API: openai (vLLM, mosaic emulate) or ollama")
+	promptWords := fs.Int("prompt-words", replay.DefaultPromptWords, "distinct words of text prompts (ollama)")
+	loads := fs.Int("loads", 0, "unload and load the model this many times and fit the profile's start-up time to the loads (ollama; default 3 there)")
+	catalog := fs.String("catalog", "", "extra GPUs and models (TOML), for a server whose hardware or model is not built in")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mosaic profile --endpoint URL --model NAME --gpu GPU [--arch HF_ID] [-o profile.toml]\n\n"+
+		fmt.Fprintln(fs.Output(), "usage: mosaic profile --endpoint URL --model NAME --gpu GPU [--arch HF_ID] [--api openai|ollama] [--catalog F] [-o profile.toml]\n\n"+
 			"Measures batch latencies over a sweep of lengths and batch sizes, fits the cost model's coefficients\n"+
 			"of the GPU to them, and writes a profile the simulator and the mosaic planner load ([cluster] profile).")
 		fs.PrintDefaults()
@@ -55,6 +60,19 @@ func runProfile(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w: --max-batched-tokens (%d) must be at least --max-num-seqs (%d)", errUsage, *budget, *maxSeqs)
 	case !(*util > 0) || *util > 1:
 		return fmt.Errorf("%w: --gpu-memory-utilization must be in (0, 1], got %g", errUsage, *util)
+	case *api != string(replay.APIOpenAI) && *api != string(replay.APIOllama):
+		return fmt.Errorf("%w: --api must be openai or ollama, got %q", errUsage, *api)
+	case *promptWords < 2:
+		return fmt.Errorf("%w: --prompt-words must be at least 2, got %d", errUsage, *promptWords)
+	case *loads < 0:
+		return fmt.Errorf("%w: --loads must not be negative, got %d", errUsage, *loads)
+	case *loads > 0 && *api != string(replay.APIOllama):
+		return fmt.Errorf("%w: --loads measures loads through the server's API (--api ollama); a vLLM server serves one model for its life", errUsage)
+	}
+	loadsGiven := false
+	fs.Visit(func(f *flag.Flag) { loadsGiven = loadsGiven || f.Name == "loads" })
+	if *api == string(replay.APIOllama) && !loadsGiven {
+		*loads = 3
 	}
 	ls, err := parseCounts(*lengths)
 	if err != nil {
@@ -65,6 +83,11 @@ func runProfile(args []string, stdout io.Writer) error {
 		return fmt.Errorf("%w: --batches: %v", errUsage, err)
 	}
 	cat := sim.DefaultCatalog()
+	if *catalog != "" {
+		if err := cat.AddFile(*catalog); err != nil {
+			return err
+		}
+	}
 	g, err := cat.GPU(*gpuName)
 	if err != nil {
 		return err
@@ -85,8 +108,8 @@ func runProfile(args []string, stdout io.Writer) error {
 	if parseOnly {
 		return nil
 	}
-	ms, err := replay.Profile(context.Background(), replay.ProfileConfig{URL: *endpoint, Model: *model, APIKey: key,
-		Lengths: ls, Batches: bs, TimeScale: *scale, Warmup: *warmup,
+	prof0, err := replay.Profile(context.Background(), replay.ProfileConfig{URL: *endpoint, Model: *model, APIKey: key,
+		Lengths: ls, Batches: bs, TimeScale: *scale, Warmup: *warmup, API: replay.API(*api), PromptWords: *promptWords, Loads: *loads,
 		Progress: func(x replay.Measurement) { slog.Info("measured", "L", x.Length, "B", x.Batch, "latency_s", x.Latency) }})
 	if err != nil {
 		return err
@@ -96,7 +119,7 @@ func runProfile(args []string, stdout io.Writer) error {
 		return eng.WithKVCache(cm, *util)
 	}
 	var cases []calibrate.Case
-	for i, x := range ms {
+	for i, x := range prof0.Batches {
 		cases = append(cases, calibrate.Case{Row: calibrate.Row{Line: i + 1, Hardware: g.Name, NumGPUs: 1, Framework: "measured",
 			Model: m.ID, Length: x.Length, Batch: x.Batch, Latency: x.Latency}, GPU: g, Model: m, Engine: engine})
 	}
@@ -104,6 +127,16 @@ func runProfile(args []string, stdout io.Writer) error {
 	fr, err := calibrate.Fit(cases, prof.For(g), calibrate.FitOptions{})
 	if err != nil {
 		return err
+	}
+	loadNote := ""
+	if len(prof0.Loads) > 0 {
+		// The load time is the weights over the load bandwidth plus the start-up: the
+		// measured loads fix the start-up at the profile's bandwidth.
+		ls := slices.Clone(prof0.Loads)
+		slices.Sort(ls)
+		med := ls[len(ls)/2]
+		fr.Coef.StartupS = max(0, med-m.WeightBytes()/(fr.Coef.LoadGBps*1e9))
+		loadNote = fmt.Sprintf("; model loads: median %.3f s over %d (startup_s %.3f)", med, len(ls), fr.Coef.StartupS)
 	}
 	prof.Set(g.Name, fr.Coef)
 	if b := calibrate.AtBounds(fr.Coef); len(b) > 0 {
@@ -118,13 +151,13 @@ func runProfile(args []string, stdout io.Writer) error {
 	for _, p := range preds {
 		fmt.Fprintf(w, "%-42s %6d %4d %11.3f %11.3f %+9.2f\n", p.Model.ID, p.Length, p.Batch, p.Latency, p.Predicted, p.ErrorPct())
 	}
-	fmt.Fprintf(w, "MAPE %.2f%% over %d rows\n", calibrate.MAPE(preds), len(preds))
+	fmt.Fprintf(w, "MAPE %.2f%% over %d rows%s\n", calibrate.MAPE(preds), len(preds), loadNote)
 	if err := w.Flush(); err != nil {
 		return err
 	}
 	if *out != "" {
 		return writeProfile(*out, prof, "Cost-model profile written by: mosaic "+strings.Join(os.Args[1:], " "),
-			fmt.Sprintf("%s on %s, %d measurements, MAPE %.2f%%; [gpu.%s] is fitted, [default] is the built-in one.", m.ID, g.Name, len(preds), calibrate.MAPE(preds), strings.ToLower(g.Name)))
+			fmt.Sprintf("%s on %s, %d measurements, MAPE %.2f%%%s; [gpu.%s] is fitted, [default] is the built-in one.", m.ID, g.Name, len(preds), calibrate.MAPE(preds), loadNote, strings.ToLower(g.Name)))
 	}
 	return nil
 }

@@ -116,6 +116,11 @@ type Event struct {
 	Produced int
 	// Err says why a load or call failed.
 	Err error
+	// Attempts is how many times a finished or failed call was sent (replay retries failed
+	// attempts; 0 or 1: once), and RetryLost the time from its first attempt's sending to its
+	// last's, lost to the failed attempts and their backoff. Timing is the last attempt's.
+	Attempts  int
+	RetryLost time.Duration
 }
 
 // Ends reports whether the event ends a submitted call on its worker: done, failed, or

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/mosaic-sched/mosaic/sim"
 )
@@ -30,6 +31,7 @@ func (s *Server) routes() *http.ServeMux {
 	mux.HandleFunc("GET /v1/models", s.v1(s.handleModels))
 	mux.HandleFunc("POST /v1/completions", s.v1(func(w http.ResponseWriter, r *http.Request) { s.handleGenerate(w, r, false) }))
 	mux.HandleFunc("POST /v1/chat/completions", s.v1(func(w http.ResponseWriter, r *http.Request) { s.handleGenerate(w, r, true) }))
+	mux.HandleFunc("POST /reset_prefix_cache", s.handleResetPrefixCache)
 	return mux
 }
 
@@ -53,6 +55,13 @@ func writeError(w http.ResponseWriter, status int, typ, code, format string, arg
 
 func badRequest(w http.ResponseWriter, format string, args ...any) {
 	writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_value", format, args...)
+}
+
+// badParam is badRequest naming the parameter at fault, as vLLM's validation errors do.
+func badParam(w http.ResponseWriter, param, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadRequest)
+	_ = json.NewEncoder(w).Encode(apiError{Error: apiErrorBody{Message: msg, Type: "invalid_request_error", Param: &param, Code: "invalid_value"}})
 }
 
 // abortIfCrashed drops the connection of a crashed server without an answer.
@@ -145,6 +154,9 @@ type generateRequest struct {
 		// stream_options.continuous_usage_stats).
 		ContinuousUsage bool `json:"continuous_usage_stats"`
 	} `json:"stream_options"`
+	// CacheSalt isolates the request's prefix-cache blocks (vLLM V1's cache_salt; see
+	// cacheSalt).
+	CacheSalt json.RawMessage `json:"cache_salt"`
 }
 
 type chatMessage struct {
@@ -190,6 +202,38 @@ func promptTokens(raw json.RawMessage) (int, []int, error) {
 		}
 	}
 	return len(ids), ids, nil
+}
+
+// maxCacheSalt is the longest cache_salt accepted, in characters.
+const maxCacheSalt = 128
+
+// Messages of vLLM's cache_salt validation.
+const (
+	errSaltEmpty = "Parameter 'cache_salt' must be a non-empty string if provided."
+	errSaltForm  = "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\\\', or NUL."
+)
+
+// cacheSalt reads a request's cache_salt as vLLM V1 validates it: absent or null is no salt;
+// anything but a non-empty string is refused with vLLM's message. vLLM's completion and chat
+// completion requests check it in a model validator, check_cache_salt_support (in
+// vllm/entrypoints/openai/protocol.py, read at vllm-project/vllm commit 0052bed36509, which also
+// refuses any salt on the V0 engine; in vllm/entrypoints/openai/completion/protocol.py on
+// later commits). Its validate_cache_salt (vllm/entrypoints/generate/base/protocol.py, commit
+// 022e555dbb75) adds a second rule, which the emulator applies too so that a salt valid here is
+// valid on every vLLM: at most 128 characters, none of '@', '/', '\' or NUL. vLLM answers a
+// refused salt with HTTP 400.
+func cacheSalt(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var salt string
+	if json.Unmarshal(raw, &salt) != nil || salt == "" {
+		return "", errors.New(errSaltEmpty)
+	}
+	if utf8.RuneCountInString(salt) > maxCacheSalt || strings.ContainsAny(salt, "@/\\\x00") {
+		return "", errors.New(errSaltForm)
+	}
+	return salt, nil
 }
 
 // chatTokens counts the words of all message contents (strings, or lists of text parts).
@@ -250,6 +294,11 @@ func (s *Server) handleGenerate(w http.ResponseWriter, hr *http.Request, chat bo
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
 		badRequest(w, "invalid JSON body: %v", err)
+		return
+	}
+	salt, err := cacheSalt(req.CacheSalt)
+	if err != nil {
+		badParam(w, "cache_salt", err.Error())
 		return
 	}
 	if req.Model != "" && req.Model != s.cfg.ServedName {
@@ -318,7 +367,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, hr *http.Request, chat bo
 		r.output--
 	}
 	if s.cfg.PrefixCaching && ids != nil {
-		r.blocks = sim.BlockHashes(ids, s.cfg.Engine.BlockSize)
+		r.blocks = sim.BlockHashesSalted(ids, s.cfg.Engine.BlockSize, salt)
 	}
 	if err := s.enqueue(r); err != nil {
 		writeError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", "%v", err)
@@ -350,6 +399,66 @@ func (s *Server) handleGenerate(w http.ResponseWriter, hr *http.Request, chat bo
 		return
 	}
 	s.log.Debug("request done", "id", r.id, "duration", time.Since(arrived))
+}
+
+// handleResetPrefixCache is vLLM's POST /reset_prefix_cache (a development endpoint, served
+// by vLLM only with VLLM_SERVER_DEV_MODE=1; the emulator always serves it, as vLLM in that
+// mode does, without the API key, which vLLM checks on /v1/ only). Followed: vLLM 0.14.0's
+// vllm/entrypoints/serve/cache/api_router.py (reset_prefix_cache; the same at main commit
+// 09cb327f1183), Scheduler.reset_prefix_cache in vllm/v1/core/sched/scheduler.py (commit
+// 00024d314514) and BlockPool.reset_prefix_cache in vllm/v1/core/block_pool.py. The engine
+// resets at its next step boundary and the answer waits for it: HTTP 200 with an empty body,
+// whether or not the cache was reset, since vLLM's API server does not check ("Note that we
+// currently do not check if the prefix cache is successfully reset in the API server"). The
+// reset is refused, dropping nothing, while running requests hold KV blocks (vLLM's
+// BlockPool logs "Failed to reset prefix cache because some blocks (N) are not freed yet"),
+// unless the query parameter reset_running_requests=true, which preempts them first (they are
+// recomputed). reset_external=true also resets a KV connector's cache in vLLM; the emulator has
+// none, so it logs vLLM's warning and resets its own cache only. A query value that is not a
+// boolean is refused with 400, as vLLM refuses a request that fails validation. The
+// emulator's counters mosaic:emulate_prefix_cache_resets_total and
+// mosaic:emulate_prefix_cache_reset_refusals_total tell a reset from a refusal.
+func (s *Server) handleResetPrefixCache(w http.ResponseWriter, r *http.Request) {
+	s.abortIfCrashed()
+	q := r.URL.Query()
+	var flags [2]bool
+	for i, name := range []string{"reset_running_requests", "reset_external"} {
+		v, err := queryBool(q[name])
+		if err != nil {
+			badParam(w, name, name+": "+err.Error())
+			return
+		}
+		flags[i] = v
+	}
+	running, external := flags[0], flags[1]
+	s.log.Info("Resetting prefix cache...", "reset_running_requests", running, "reset_external", external)
+	if _, err := s.ResetPrefixCache(r.Context(), running); err != nil {
+		s.abortIfCrashed()
+		if r.Context().Err() != nil {
+			return
+		}
+		writeError(w, http.StatusServiceUnavailable, "server_error", "shutting_down", "%v", err)
+		return
+	}
+	if external {
+		s.log.Warn("reset_connector called but no KV connector is configured.")
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// queryBool parses a boolean query parameter as vLLM's FastAPI (pydantic) does: absent is
+// false; the last value counts; 1, on, t, true, y, yes and 0, off, f, false, n, no in any case.
+func queryBool(values []string) (bool, error) {
+	if len(values) == 0 {
+		return false, nil
+	}
+	switch strings.ToLower(values[len(values)-1]) {
+	case "1", "on", "t", "true", "y", "yes":
+		return true, nil
+	case "0", "off", "f", "false", "n", "no":
+		return false, nil
+	}
+	return false, errors.New("Input should be a valid boolean, unable to interpret input")
 }
 
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {

@@ -35,6 +35,30 @@
 // vllm:prefix_cache_queries_total and vllm:prefix_cache_hits_total (tokens) and the setting
 // in vllm:cache_config_info. Word prompts are never cached.
 //
+// Two things isolate caches, as in vLLM V1, so that runs sharing a server (one scheduling
+// policy after another) are not served from each other's blocks:
+//
+//   - A request's `cache_salt` (completions and chat completions) salts its blocks: vLLM adds
+//     the salt to the hash of a prompt's first block, and every later block's hash chains
+//     through it (sim.BlockHashesSalted), so requests share cached blocks only when their salts
+//     are equal (or both absent). A salt that is not a non-empty string is refused with 400 and
+//     vLLM's message "Parameter 'cache_salt' must be a non-empty string if provided."; one
+//     longer than 128 characters or holding '@', '/', '\' or NUL with vLLM main's "Parameter
+//     'cache_salt' must be at most 128 characters and must not contain ...". Without prefix
+//     caching, or with a word prompt, a valid salt has nothing to change.
+//   - POST /reset_prefix_cache forgets every cached block at the engine's next step boundary
+//     and then answers 200 with an empty body, as vLLM's development endpoint does (vLLM
+//     serves it only with VLLM_SERVER_DEV_MODE=1; the emulator always, without the API key).
+//     As in vLLM the reset is refused, dropping nothing but still answering 200, while running
+//     requests hold KV blocks, unless ?reset_running_requests=true preempts them first (to be
+//     recomputed); ?reset_external=true has no connector cache to reset here. The counters
+//     keep counting across a reset; mosaic:emulate_prefix_cache_resets_total and
+//     mosaic:emulate_prefix_cache_reset_refusals_total count resets made and refused.
+//     Server.ResetPrefixCache does the same in-process and says which.
+//
+// The vLLM sources and versions followed are cited on cacheSalt, handleResetPrefixCache and
+// sim.BlockHashesSalted.
+//
 // # Other routes
 //
 // GET /version answers {"version": Config.Version}, as vLLM does with its own version.

@@ -351,7 +351,14 @@ func TestNonStreamingAndChat(t *testing.T) {
 
 func get(t *testing.T, url string, header ...string) (int, string) {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
+	return do(t, http.MethodGet, url, header...)
+}
+
+// do sends a request without a body, with the header's name-value pairs, and returns the
+// status and body of the answer.
+func do(t *testing.T, method, url string, header ...string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, nil)
 	require.NoError(t, err)
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])

@@ -27,11 +27,14 @@ type metricValues struct {
 	preemptions                    int64
 	lag, maxLag                    float64 // seconds a delivery came after its deadline: latest, worst
 	lagSum                         float64 // the sum over deliveries
+	finishLag                      float64 // the sum over finished requests of their last delivery's lag
 	deliveries                     int64
 	received                       int64 // requests accepted into the engine
 	injectedErrors                 int64
 	injectedDisconnects            int64
 	prefixQueries, prefixHits      int64 // prompt tokens looked up in the prefix cache, and found
+	prefixResets                   int64 // POST /reset_prefix_cache calls that reset the cache
+	prefixResetRefusals            int64 // and that found KV blocks in use, dropping nothing
 }
 
 // extra are the values the server adds when the metrics are read.
@@ -68,6 +71,7 @@ func (m *metrics) update(eng *sim.Engine, prompt, generated int64, length, stop,
 	m.mu.Lock()
 	m.v.lag, m.v.maxLag = lag, max(m.v.maxLag, lag)
 	m.v.lagSum += lag
+	m.v.finishLag += lag * float64(length+stop)
 	m.v.deliveries++
 	m.v.running, m.v.waiting, m.v.kvUsage = eng.Running(), eng.Waiting(), eng.KVUsage()
 	st := eng.Stats()
@@ -130,10 +134,13 @@ func (m *metrics) write(w io.Writer, x extra) error {
 	series("mosaic:emulate_lag_seconds", "gauge", "Real seconds the latest tokens were delivered after their deadline.", plain(c.lag))
 	series("mosaic:emulate_max_lag_seconds", "gauge", "Most real seconds tokens were delivered after their deadline.", plain(c.maxLag))
 	series("mosaic:emulate_lag_seconds_total", "counter", "Real seconds deliveries of tokens came after their deadlines, summed.", plain(c.lagSum))
+	series("mosaic:emulate_finish_lag_seconds_total", "counter", "Real seconds finished requests' last tokens were delivered after their deadlines, summed over the requests: what the host's lateness added to their service.", plain(c.finishLag))
 	series("mosaic:emulate_deliveries_total", "counter", "Deliveries of tokens (one per iteration, or per run of iterations shorter than a timer tick).", plain(float64(c.deliveries)))
 	series("mosaic:emulate_requests_total", "counter", "Requests the emulator accepted into its engine.", plain(float64(c.received)))
 	series("mosaic:emulate_injected_errors_total", "counter", "Requests answered with an injected HTTP 500.", plain(float64(c.injectedErrors)))
 	series("mosaic:emulate_injected_disconnects_total", "counter", "Requests whose connection was dropped mid-stream by an injected fault.", plain(float64(c.injectedDisconnects)))
+	series("mosaic:emulate_prefix_cache_resets_total", "counter", "Prefix-cache resets (POST /reset_prefix_cache) that dropped every cached block.", plain(float64(c.prefixResets)))
+	series("mosaic:emulate_prefix_cache_reset_refusals_total", "counter", "Prefix-cache resets refused, dropping nothing, because running requests held KV blocks.", plain(float64(c.prefixResetRefusals)))
 	series("mosaic:emulate_open_connections", "gauge", "Client connections open now.", plain(float64(x.connections)))
 	series("mosaic:emulate_max_open_connections", "gauge", "Most client connections open at once.", plain(float64(x.maxConnected)))
 	_, err := io.WriteString(w, b.String())

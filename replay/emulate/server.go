@@ -42,7 +42,8 @@ type Server struct {
 	// arrivals queued for the engine loop
 	qmu    sync.Mutex
 	queue  []*request
-	aborts []uint64 // requests whose clients went away
+	aborts []uint64     // requests whose clients went away
+	resets []*resetCall // prefix-cache resets asked for
 	closed bool
 	wake   chan struct{}
 
@@ -328,6 +329,71 @@ func (s *Server) enqueue(r *request) error {
 	return nil
 }
 
+// resetCall is one prefix-cache reset for the engine loop to make.
+type resetCall struct {
+	running bool          // preempt the running requests first (reset_running_requests)
+	done    chan struct{} // closed when ok and err are set
+	ok      bool
+	err     error
+}
+
+// ResetPrefixCache resets the engine's prefix cache at its next iteration boundary and waits
+// for it, as vLLM's POST /reset_prefix_cache does (see handleResetPrefixCache): every cached
+// KV block is forgotten, so that no later prompt is served from blocks computed before. Like
+// vLLM it refuses, dropping nothing, while a running request holds KV blocks, and reports
+// whether it reset; with running it first preempts the running requests (they are recomputed
+// later, as vLLM's reset_running_requests does), and so always resets. Requests still
+// waiting are not running: they keep their place and find the cache empty. The prefix-cache
+// counters of /metrics keep counting. It returns an error when the server stops first or ctx
+// ends (the reset may still happen then).
+func (s *Server) ResetPrefixCache(ctx context.Context, running bool) (bool, error) {
+	c := &resetCall{running: running, done: make(chan struct{})}
+	s.qmu.Lock()
+	if s.closed {
+		s.qmu.Unlock()
+		return false, errShutdown
+	}
+	s.resets = append(s.resets, c)
+	s.qmu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-c.done:
+		return c.ok, c.err
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-s.crashed:
+		return false, errShutdown
+	}
+}
+
+// resetPrefix makes reset c on the engine (the loop's).
+func (s *Server) resetPrefix(eng *sim.Engine, c *resetCall) {
+	preempted := 0
+	if c.running {
+		preempted = len(eng.PreemptAll())
+	}
+	ok, used := eng.ResetPrefixCache()
+	if ok {
+		s.log.Info("Successfully reset prefix cache", "preempted_requests", preempted)
+	} else {
+		s.log.Warn("Failed to reset prefix cache because some blocks are not freed yet", "blocks", used)
+	}
+	s.met.count(func(v *metricValues) {
+		v.preemptions += int64(preempted)
+		if ok {
+			v.prefixResets++
+		} else {
+			v.prefixResetRefusals++
+		}
+	})
+	s.met.setQueue(eng)
+	c.ok = ok
+	close(c.done)
+}
+
 // realDuration is the real time that virtual duration v takes at scale.
 func realDuration(v time.Duration, scale float64) time.Duration {
 	return time.Duration(float64(v) / scale)
@@ -366,9 +432,15 @@ func (s *Server) loop(eng *sim.Engine) {
 		s.closed = true
 		queued := s.queue
 		s.queue = nil
+		resets := s.resets
+		s.resets = nil
 		s.qmu.Unlock()
 		for _, r := range queued {
 			r.fail(errShutdown)
+		}
+		for _, c := range resets {
+			c.err = errShutdown
+			close(c.done)
 		}
 		for _, r := range live {
 			r.fail(errShutdown)
@@ -384,6 +456,8 @@ func (s *Server) loop(eng *sim.Engine) {
 		s.queue = nil
 		aborts := s.aborts
 		s.aborts = nil
+		resets := s.resets
+		s.resets = nil
 		s.qmu.Unlock()
 		for _, id := range aborts {
 			if _, ok := eng.Abort(id); ok {
@@ -408,6 +482,11 @@ func (s *Server) loop(eng *sim.Engine) {
 		if len(arrivals) > 0 {
 			s.met.setQueue(eng)
 			s.arriving.Add(-int64(len(arrivals)))
+		}
+		// After the arrivals, as vLLM's engine core takes its inputs in order: a request
+		// sent before the reset waits, holding no blocks, and finds the cache empty.
+		for _, c := range resets {
+			s.resetPrefix(eng, c)
 		}
 		if eng.Idle() {
 			if !pending.empty() {

@@ -1,0 +1,280 @@
+package resultsdir
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"iter"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// Dir is a results folder opened for writing: locked against every other process until
+// Close.
+type Dir struct {
+	path string
+	lock *os.File
+
+	mu        sync.Mutex
+	appenders map[string]*appender
+}
+
+// Open creates dir if needed and locks it; command describes this process for the error
+// another one gets while it holds the lock (e.g. "mosaic replay exp.toml -o out"; "": the
+// process's command line).
+func Open(dir, command string) (*Dir, error) {
+	if command == "" {
+		command = strings.Join(append([]string{filepath.Base(os.Args[0])}, os.Args[1:]...), " ")
+	}
+	f, err := lock(dir, command)
+	if err != nil {
+		return nil, err
+	}
+	return &Dir{path: dir, lock: f, appenders: map[string]*appender{}}, nil
+}
+
+// Path is the folder.
+func (d *Dir) Path() string { return d.path }
+
+// File is the path of a file of the folder.
+func (d *Dir) File(name string) string { return filepath.Join(d.path, name) }
+
+// Close closes the appended files and releases the lock.
+func (d *Dir) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var errs []error
+	for name, a := range d.appenders {
+		errs = append(errs, a.close())
+		delete(d.appenders, name)
+	}
+	errs = append(errs, unlock(d.lock))
+	d.lock = nil
+	return errors.Join(errs...)
+}
+
+// Table describes one results CSV: its file name, header, strict reader and the policy a row
+// belongs to.
+type Table[R traces.Recorder] struct {
+	Name   string
+	Header []string
+	Read   func(path string) ([]R, error)
+	Policy func(R) string
+}
+
+// The tables of a results folder.
+var (
+	Calls = Table[traces.CallRow]{Name: "calls.csv", Header: traces.CallHeader, Read: traces.ReadCallsCSV,
+		Policy: func(r traces.CallRow) string { return r.Policy }}
+	Queries = Table[traces.QueryRow]{Name: "queries.csv", Header: traces.QueryHeader, Read: traces.ReadQueriesCSV,
+		Policy: func(r traces.QueryRow) string { return r.Policy }}
+	Workers = Table[traces.WorkerRow]{Name: "workers.csv", Header: traces.WorkerHeader, Read: traces.ReadWorkersCSV,
+		Policy: func(r traces.WorkerRow) string { return r.Policy }}
+	Summary = Table[traces.SummaryRow]{Name: "summary.csv", Header: traces.SummaryHeader, Read: traces.ReadSummaryCSV,
+		Policy: func(r traces.SummaryRow) string { return r.Policy }}
+)
+
+// Write replaces the table's file with rows, through a temporary file renamed into place, so
+// that a reader, or a run resumed after a crash, never sees half a file.
+func Write[R traces.Recorder](d *Dir, t Table[R], rows iter.Seq[R]) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.replace(t.Name, func(f *os.File) error { return traces.WriteCSVSeq(f, t.Header, rows) })
+}
+
+// replace writes name through a temporary file renamed into place; an appender open on it is
+// closed first (it would write to the replaced file).
+func (d *Dir) replace(name string, write func(*os.File) error) error {
+	if a := d.appenders[name]; a != nil {
+		if err := a.close(); err != nil {
+			return err
+		}
+		delete(d.appenders, name)
+	}
+	return WriteFile(d.File(name), write)
+}
+
+// WriteFile writes path through a temporary file beside it, renamed into place.
+func WriteFile(path string, write func(*os.File) error) error {
+	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// WriteBytes writes a whole file of the folder (run.json, host.json) through a temporary file.
+func (d *Dir) WriteBytes(name string, data []byte) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.replace(name, func(f *os.File) error {
+		_, err := f.Write(data)
+		return err
+	})
+}
+
+// Append adds one row to the table's file (created with its header when missing or empty) and
+// flushes it to the operating system at once, so that a crash of this process loses no row
+// already appended. A torn last line left by an earlier crash is cut off first.
+func Append[R traces.Recorder](d *Dir, t Table[R], row R) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	a := d.appenders[t.Name]
+	if a == nil {
+		var err error
+		if a, err = openAppender(d.File(t.Name), t.Header); err != nil {
+			return err
+		}
+		d.appenders[t.Name] = a
+	}
+	return a.write(row.Record())
+}
+
+// Supersede rewrites the table so that policy's rows are exactly rows: the rows an earlier
+// run or this one appended for it are dropped, the new ones take the place of its first old
+// row (or go last), and every other policy's rows stay as they were.
+func Supersede[R traces.Recorder](d *Dir, t Table[R], policy string, rows []R) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if a := d.appenders[t.Name]; a != nil {
+		if err := a.close(); err != nil {
+			return err
+		}
+		delete(d.appenders, t.Name)
+	}
+	path := d.File(t.Name)
+	var old []R
+	if _, err := os.Stat(path); err == nil {
+		if _, err := TrimTornLine(path); err != nil {
+			return err
+		}
+		if old, err = t.Read(path); err != nil {
+			return err
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	out := make([]R, 0, len(old)+len(rows))
+	placed := false
+	for _, r := range old {
+		if t.Policy(r) != policy {
+			out = append(out, r)
+			continue
+		}
+		if !placed {
+			out = append(out, rows...)
+			placed = true
+		}
+	}
+	if !placed {
+		out = append(out, rows...)
+	}
+	return WriteFile(path, func(f *os.File) error { return traces.WriteCSVSeq(f, t.Header, slices.Values(out)) })
+}
+
+// Rows reads the table's rows (none when the file is missing), cutting a torn last line first.
+func Rows[R traces.Recorder](d *Dir, t Table[R]) ([]R, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	path := d.File(t.Name)
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if _, err := TrimTornLine(path); err != nil {
+		return nil, err
+	}
+	return t.Read(path)
+}
+
+// Remove deletes files of the folder that exist (an abandoned run's, before a new one).
+func (d *Dir) Remove(names ...string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, name := range names {
+		if a := d.appenders[name]; a != nil {
+			_ = a.close()
+			delete(d.appenders, name)
+		}
+		if err := os.Remove(d.File(name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// TrimTornLine cuts a file appended line by line back to its last complete line (ending in a
+// newline), as a process killed in the middle of a write leaves it; it reports whether it cut.
+func TrimTornLine(path string) (bool, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) || (err == nil && (len(data) == 0 || data[len(data)-1] == '\n')) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	cut := 0
+	for i := len(data) - 1; i >= 0; i-- {
+		if data[i] == '\n' {
+			cut = i + 1
+			break
+		}
+	}
+	return true, os.Truncate(path, int64(cut))
+}
+
+// appender appends CSV rows to a file and flushes after each.
+type appender struct {
+	f *os.File
+	w *csv.Writer
+}
+
+func openAppender(path string, header []string) (*appender, error) {
+	if _, err := TrimTornLine(path); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	a := &appender{f: f, w: csv.NewWriter(f)}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	if st.Size() == 0 {
+		if err := a.write(header); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return a, nil
+}
+
+func (a *appender) write(rec []string) error {
+	if err := a.w.Write(rec); err != nil {
+		return fmt.Errorf("appending to %s: %w", a.f.Name(), err)
+	}
+	a.w.Flush()
+	if err := a.w.Error(); err != nil {
+		return fmt.Errorf("appending to %s: %w", a.f.Name(), err)
+	}
+	return nil
+}
+
+func (a *appender) close() error { return a.f.Close() }
