@@ -2,10 +2,12 @@ package plots
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -28,11 +30,14 @@ type Results struct {
 	// Points are the sweep points of the Summary rows: their swept keys other than the seed,
 	// "arrival_rate=2 threshold=0.5" (nil outside a sweep or when only the seed is swept).
 	Points []string
+	// Setup is the engine and hardware a replay measured, from the folder's run.json (empty
+	// for a simulated run, or without run.json).
+	Setup Setup
 }
 
-// Load reads the summary.csv, calls.csv, queries.csv and workers.csv of a results folder.
-// summary.csv is required; the others may be missing (the figures that need them are then
-// skipped).
+// Load reads the summary.csv, calls.csv, queries.csv, workers.csv and run.json of a results
+// folder. summary.csv is required; the others may be missing (the figures that need them are
+// then skipped, and a missing run.json leaves Setup empty).
 func Load(dir string) (Results, error) {
 	r := Results{Dir: dir}
 	var err error
@@ -52,6 +57,9 @@ func Load(dir string) (Results, error) {
 		return r, fmt.Errorf("plots: loading %s: %w", dir, err)
 	}
 	if r.Rates, r.Points, err = readSweep(filepath.Join(dir, "summary.csv")); err != nil {
+		return r, fmt.Errorf("plots: loading %s: %w", dir, err)
+	}
+	if r.Setup, err = readSetup(filepath.Join(dir, "run.json")); err != nil {
 		return r, fmt.Errorf("plots: loading %s: %w", dir, err)
 	}
 	return r, nil
@@ -434,39 +442,154 @@ func InFamily(policy, family string) bool {
 	return ok && (strings.HasPrefix(rest, "+") || strings.HasPrefix(rest, "-"))
 }
 
-// SimVsReplayPair is one policy's end-to-end makespan simulated and measured.
-type SimVsReplayPair struct {
-	Experiment, Policy string
-	// Sim and Replay summarise e2e_s (s) over the seeds of each mode.
-	Sim, Replay Stat
-	// ErrorPct is the simulator's error, (Sim.Mean - Replay.Mean) / Replay.Mean in percent.
-	ErrorPct float64
+// Setup is what a replay measured on, as its folder's run.json names it.
+type Setup struct {
+	// Engine names the inference servers measured, with their versions ("mosaic emulate dev",
+	// "vLLM 0.11.0", "Ollama 0.6.5"), and Hardware the experiment's cluster they served
+	// ("2 x A100-80GB"). Either is empty where run.json does not say (a simulated run, a
+	// folder written before run.json named them, or one without run.json).
+	Engine, Hardware string
 }
 
-// SimVsReplayData pairs the e2e makespans of the (experiment, policy) keys that have both
-// mode=sim and mode=replay rows, in the order the keys first appear.
-func SimVsReplayData(rows []traces.SummaryRow) []SimVsReplayPair {
+// String describes the setup as it follows "measured on": "mosaic emulate dev, standing for
+// 2 x A100-80GB" (the emulator imitates the cluster), "vLLM 0.11.0 on 2 x A100-80GB", "vLLM
+// 0.11.0", "an unnamed engine on 2 x A100-80GB", or "" when nothing is known.
+func (s Setup) String() string {
+	switch {
+	case s.Engine == "" && s.Hardware == "":
+		return ""
+	case s.Hardware == "":
+		return s.Engine
+	case s.Engine == "":
+		return "an unnamed engine on " + s.Hardware
+	case strings.HasPrefix(s.Engine, "mosaic emulate"):
+		return s.Engine + ", standing for " + s.Hardware
+	}
+	return s.Engine + " on " + s.Hardware
+}
+
+// readSetup reads the engine and hardware of a results folder's run.json: the zero Setup when
+// the file or its fields are missing, an error naming the file when it is no JSON object.
+func readSetup(path string) (Setup, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Setup{}, nil
+	}
+	if err != nil {
+		return Setup{}, err
+	}
+	var info struct {
+		Engine   string `json:"engine"`
+		Hardware string `json:"hardware"`
+	}
+	if err := json.Unmarshal(data, &info); err != nil {
+		return Setup{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return Setup{Engine: strings.TrimSpace(info.Engine), Hardware: strings.TrimSpace(info.Hardware)}, nil
+}
+
+// SimVsReplayPair is one policy's end-to-end makespan and speedup, simulated and measured on
+// one setup.
+type SimVsReplayPair struct {
+	Experiment, Policy string
+	// Setup is what the replay rows were measured on (rows replayed on several setups make a
+	// pair per setup).
+	Setup Setup
+	// Sim and Replay summarise e2e_s (s) over the seeds of each mode, leaving out the rows
+	// whose status is failed; Replay.N is 0 when every replay row failed.
+	Sim, Replay Stat
+	// ErrorPct is the simulator's error, (Sim.Mean - Replay.Mean) / Replay.Mean in percent
+	// (NaN without a measurement).
+	ErrorPct float64
+	// SimSpeedup and ReplaySpeedup summarise speedup_e2e over the same rows: the end-to-end
+	// speedup over SimBaseline and ReplayBaseline, the first policy of the experiment's rows
+	// in each mode (as a run computes it). N is 0 where no speedup was computed (a failed
+	// baseline, for one).
+	SimSpeedup, ReplaySpeedup   Stat
+	SimBaseline, ReplayBaseline string
+	// SpeedupDiff is the measured speedup less the simulated one, ReplaySpeedup.Mean -
+	// SimSpeedup.Mean (NaN when either is missing).
+	SpeedupDiff float64
+	// Failed and SimFailed count the replay and simulated rows left out because their status
+	// is failed: calls failed, so their makespan covers part of the workload.
+	Failed, SimFailed int
+	// Partial counts the replay rows behind Replay whose status is partial: their figures are
+	// over the queries that completed under every policy of their run, not the whole
+	// workload.
+	Partial int
+}
+
+// SimVsReplayData pairs the e2e makespans and speedups of the (experiment, policy) keys that
+// have both mode=sim and mode=replay rows, in the order the keys first appear, one pair per
+// setup the key's replay rows were measured on. setups[i] is the setup of rows[i]'s folder
+// (Results.Setup); nil, or shorter than rows, leaves the rest unknown. Rows whose status is
+// failed count in the pair's Failed or SimFailed and are left out of its figures.
+func SimVsReplayData(rows []traces.SummaryRow, setups []Setup) []SimVsReplayPair {
 	type key struct{ exp, policy string }
+	setupOf := func(i int) Setup {
+		if i < len(setups) {
+			return setups[i]
+		}
+		return Setup{}
+	}
+	type expMode struct{ exp, mode string }
+	baselines := map[expMode]string{}
+	for _, r := range rows {
+		if k := (expMode{r.Experiment, r.Mode}); baselines[k] == "" {
+			baselines[k] = r.Policy
+		}
+	}
 	var out []SimVsReplayPair
 	for _, k := range distinct(rows, func(r traces.SummaryRow) key { return key{r.Experiment, r.Policy} }) {
-		var sim, replay []float64
-		for _, r := range rows {
+		var sim, simSpeedup []float64
+		simFailed := 0
+		var replayIdx []int
+		for i, r := range rows {
 			if (key{r.Experiment, r.Policy}) != k {
 				continue
 			}
-			switch r.Mode {
-			case "sim":
+			switch {
+			case r.Mode == "sim" && r.Status == traces.StatusFailed:
+				simFailed++
+			case r.Mode == "sim":
 				sim = append(sim, r.E2ES)
-			case "replay":
-				replay = append(replay, r.E2ES)
+				simSpeedup = append(simSpeedup, r.SpeedupE2E)
+			case r.Mode == "replay":
+				replayIdx = append(replayIdx, i)
 			}
 		}
-		if len(sim) == 0 || len(replay) == 0 {
+		if sim == nil && simFailed == 0 || len(replayIdx) == 0 {
 			continue
 		}
-		p := SimVsReplayPair{Experiment: k.exp, Policy: k.policy, Sim: NewStat(sim...), Replay: NewStat(replay...)}
-		p.ErrorPct = (p.Sim.Mean - p.Replay.Mean) / p.Replay.Mean * 100
-		out = append(out, p)
+		for _, s := range distinct(replayIdx, setupOf) {
+			p := SimVsReplayPair{Experiment: k.exp, Policy: k.policy, Setup: s,
+				Sim: NewStat(sim...), SimSpeedup: NewStat(simSpeedup...), SimFailed: simFailed,
+				SimBaseline: baselines[expMode{k.exp, "sim"}], ReplayBaseline: baselines[expMode{k.exp, "replay"}]}
+			var replay, replaySpeedup []float64
+			for _, i := range replayIdx {
+				r := rows[i]
+				switch {
+				case setupOf(i) != s:
+				case r.Status == traces.StatusFailed:
+					p.Failed++
+				default:
+					replay = append(replay, r.E2ES)
+					replaySpeedup = append(replaySpeedup, r.SpeedupE2E)
+					if r.Status == traces.StatusPartial {
+						p.Partial++
+					}
+				}
+			}
+			p.Replay, p.ReplaySpeedup = NewStat(replay...), NewStat(replaySpeedup...)
+			p.ErrorPct, p.SpeedupDiff = math.NaN(), math.NaN()
+			if p.Replay.N > 0 && p.Sim.N > 0 {
+				p.ErrorPct = (p.Sim.Mean - p.Replay.Mean) / p.Replay.Mean * 100
+			}
+			if p.ReplaySpeedup.N > 0 && p.SimSpeedup.N > 0 {
+				p.SpeedupDiff = p.ReplaySpeedup.Mean - p.SimSpeedup.Mean
+			}
+			out = append(out, p)
+		}
 	}
 	return out
 }

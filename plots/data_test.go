@@ -2,6 +2,8 @@ package plots_test
 
 import (
 	"math"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -208,15 +210,20 @@ func TestInFamily(t *testing.T) {
 
 func TestSimVsReplayData(t *testing.T) {
 	summary, _, _ := loadFixture(t)
-	got := plots.SimVsReplayData(summary)
+	got := plots.SimVsReplayData(summary, nil)
 	require.Len(t, got, 2)
 	assert.Equal(t, plots.SimVsReplayPair{Experiment: "exp-a", Policy: "rr",
 		Sim: plots.Stat{Mean: 110, Min: 100, Max: 120, Std: math.Sqrt(200), N: 2}, Replay: plots.Stat{Mean: 125, Min: 125, Max: 125, N: 1},
-		ErrorPct: -12}, got[0])
+		ErrorPct:   -12,
+		SimSpeedup: plots.Stat{Mean: 1, Min: 1, Max: 1, N: 2}, ReplaySpeedup: plots.Stat{Mean: 1, Min: 1, Max: 1, N: 1},
+		SimBaseline: "rr", ReplayBaseline: "rr"}, got[0])
 	assert.Equal(t, "mosaic", got[1].Policy)
 	assert.Equal(t, 50.0, got[1].Sim.Mean)
 	assert.Equal(t, 50.0, got[1].Replay.Mean)
 	assert.Equal(t, 0.0, got[1].ErrorPct)
+	assert.Equal(t, plots.Stat{Mean: 2.25, Min: 2, Max: 2.5, Std: math.Sqrt(0.125), N: 2}, got[1].SimSpeedup)
+	assert.Equal(t, plots.Stat{Mean: 2.5, Min: 2.5, Max: 2.5, N: 1}, got[1].ReplaySpeedup)
+	assert.InDelta(t, 0.25, got[1].SpeedupDiff, 1e-12, "measured less simulated")
 
 	var simOnly []traces.SummaryRow
 	for _, r := range summary {
@@ -224,7 +231,131 @@ func TestSimVsReplayData(t *testing.T) {
 			simOnly = append(simOnly, r)
 		}
 	}
-	assert.Empty(t, plots.SimVsReplayData(simOnly))
+	assert.Empty(t, plots.SimVsReplayData(simOnly, nil))
+}
+
+// Failed rows are left out and counted, partial ones kept and counted, and the speedups are
+// paired like the makespans.
+func TestSimVsReplayDataStatus(t *testing.T) {
+	sim, seed1, seed2 := replayFixtureRows()
+	failedSim := sim[2]
+	failedSim.Seed, failedSim.Status, failedSim.E2ES, failedSim.SpeedupE2E = 3, traces.StatusFailed, 10, math.NaN()
+	rows := slices.Concat(sim, []traces.SummaryRow{failedSim}, seed1, seed2)
+	got := plots.SimVsReplayData(rows, nil)
+	require.Len(t, got, 3)
+	byPolicy := map[string]plots.SimVsReplayPair{}
+	for _, p := range got {
+		byPolicy[p.Policy] = p
+		assert.Equal(t, "rr", p.SimBaseline)
+		assert.Equal(t, "rr", p.ReplayBaseline)
+		assert.Equal(t, plots.Setup{}, p.Setup)
+	}
+
+	rr := byPolicy["rr"]
+	assert.Equal(t, plots.Stat{Mean: 105, Min: 100, Max: 110, Std: math.Sqrt(50), N: 2}, rr.Replay, "an ok and a partial row")
+	assert.Equal(t, 1, rr.Partial)
+	assert.Zero(t, rr.Failed)
+	assert.InDelta(t, (110-105)/105.0*100, rr.ErrorPct, 1e-9)
+	assert.Equal(t, 0.0, rr.SpeedupDiff)
+
+	mosaic := byPolicy["mosaic"]
+	assert.InDelta(t, 2.25, mosaic.SimSpeedup.Mean, 1e-12)
+	assert.InDelta(t, 1.9, mosaic.ReplaySpeedup.Mean, 1e-12)
+	assert.Equal(t, 2, mosaic.ReplaySpeedup.N)
+	assert.InDelta(t, -0.35, mosaic.SpeedupDiff, 1e-12)
+
+	dp := byPolicy["dp"]
+	assert.Equal(t, 1, dp.Failed, "seed 1's failed row is left out")
+	assert.Equal(t, 1, dp.SimFailed, "the failed simulated row is left out")
+	assert.Equal(t, 1, dp.Partial)
+	assert.Equal(t, plots.Stat{Mean: 80, Min: 80, Max: 80, N: 1}, dp.Replay, "seed 2's partial row only")
+	assert.Equal(t, 2, dp.Sim.N)
+	assert.Equal(t, 90.0, dp.Sim.Mean)
+	assert.InDelta(t, 12.5, dp.ErrorPct, 1e-9)
+	assert.Equal(t, plots.Stat{Mean: 1.25, Min: 1.25, Max: 1.25, N: 1}, dp.ReplaySpeedup)
+	assert.InDelta(t, 0.025, dp.SpeedupDiff, 1e-12)
+}
+
+// Replays on two setups make a pair per setup; a pair whose replay rows all failed has no
+// measurement.
+func TestSimVsReplayDataSetups(t *testing.T) {
+	sim, seed1, _ := replayFixtureRows()
+	rows := slices.Concat(sim, seed1, seed1)
+	setups := slices.Concat(make([]plots.Setup, len(sim)), slices.Repeat([]plots.Setup{replaySetup}, len(seed1)),
+		slices.Repeat([]plots.Setup{vllmSetup}, len(seed1)))
+	got := plots.SimVsReplayData(rows, setups)
+	require.Len(t, got, 6)
+	type key struct {
+		policy string
+		setup  plots.Setup
+	}
+	var keys []key
+	for _, p := range got {
+		keys = append(keys, key{p.Policy, p.Setup})
+	}
+	assert.Equal(t, []key{{"rr", replaySetup}, {"rr", vllmSetup}, {"mosaic", replaySetup}, {"mosaic", vllmSetup},
+		{"dp", replaySetup}, {"dp", vllmSetup}}, keys)
+	for _, p := range got[4:] {
+		assert.Equal(t, 1, p.Failed)
+		assert.Equal(t, plots.Stat{}, p.Replay)
+		assert.Equal(t, plots.Stat{}, p.ReplaySpeedup)
+		assert.True(t, math.IsNaN(p.ErrorPct))
+		assert.True(t, math.IsNaN(p.SpeedupDiff))
+	}
+	assert.Equal(t, 1, got[1].Replay.N, "each setup's own rows")
+}
+
+// The speedups of each mode are over that mode's first policy.
+func TestSimVsReplayDataBaselines(t *testing.T) {
+	sim, seed1, _ := replayFixtureRows()
+	replay := []traces.SummaryRow{seed1[1], seed1[0]}
+	got := plots.SimVsReplayData(slices.Concat(sim, replay), nil)
+	require.NotEmpty(t, got)
+	assert.Equal(t, "rr", got[0].SimBaseline)
+	assert.Equal(t, "mosaic", got[0].ReplayBaseline)
+}
+
+func TestSetupString(t *testing.T) {
+	tests := []struct {
+		setup plots.Setup
+		want  string
+	}{
+		{plots.Setup{Engine: "mosaic emulate dev", Hardware: "2 x A100-80GB"}, "mosaic emulate dev, standing for 2 x A100-80GB"},
+		{plots.Setup{Engine: "vLLM 0.11.0", Hardware: "4 x H100-80GB"}, "vLLM 0.11.0 on 4 x H100-80GB"},
+		{plots.Setup{Engine: "Ollama 0.6.5"}, "Ollama 0.6.5"},
+		{plots.Setup{Hardware: "2 x A100-80GB"}, "an unnamed engine on 2 x A100-80GB"},
+		{plots.Setup{}, ""},
+	}
+	for _, tt := range tests {
+		assert.Equal(t, tt.want, tt.setup.String())
+	}
+}
+
+// Load reads the engine and hardware from run.json; without the file or its fields they are
+// empty, and a malformed run.json is an error that names it.
+func TestLoadSetup(t *testing.T) {
+	dirs := replayFixtureDirs(t)
+	r, err := plots.Load(dirs[1])
+	require.NoError(t, err)
+	assert.Equal(t, replaySetup, r.Setup)
+	r, err = plots.Load(dirs[0])
+	require.NoError(t, err)
+	assert.Equal(t, plots.Setup{}, r.Setup, "a simulated run names no engine")
+
+	sim, _, _ := replayFixtureRows()
+	r, err = plots.Load(resultsDir(t, "no-run-json", sim, ""))
+	require.NoError(t, err)
+	assert.Equal(t, plots.Setup{}, r.Setup)
+	r, err = plots.Load(resultsDir(t, "hardware-only", sim, `{"mode": "replay", "hardware": "2 x L4"}`))
+	require.NoError(t, err)
+	assert.Equal(t, plots.Setup{Hardware: "2 x L4"}, r.Setup)
+
+	for _, bad := range []string{`{"mode": "replay", "engine": `, `{"engine": 3}`, `[]`} {
+		dir := resultsDir(t, "bad", sim, bad)
+		_, err = plots.Load(dir)
+		require.Error(t, err, bad)
+		assert.Contains(t, err.Error(), filepath.Join(dir, "run.json")+":", bad)
+	}
 }
 
 func TestResultsLabel(t *testing.T) {

@@ -2,9 +2,11 @@ package plots_test
 
 import (
 	"encoding/csv"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -168,4 +170,87 @@ func loadFixture(t *testing.T) (summary []traces.SummaryRow, calls []traces.Call
 	workers, err = traces.ReadWorkersCSV(filepath.Join(dir, "workers.csv"))
 	require.NoError(t, err)
 	return summary, calls, workers
+}
+
+// The replay fixture: experiment exp-r simulated with seeds 1 and 2 under rr (the baseline),
+// mosaic and dp in one folder, and replayed on the emulator, one folder per seed. Seed 1's
+// replay has dp's calls failing (status failed: no speedup, no accuracy); seed 2's was run
+// with --allow-failed-calls, so every row is summarised over the completed queries (status
+// partial).
+
+// replaySetup is what the replay fixture's run.json names.
+var replaySetup = plots.Setup{Engine: "mosaic emulate dev", Hardware: "2 x A100-80GB"}
+
+func replayFixtureRows() (sim, seed1, seed2 []traces.SummaryRow) {
+	nan := math.NaN()
+	with := func(r traces.SummaryRow, status string) traces.SummaryRow {
+		r.Status = status
+		if status == traces.StatusFailed {
+			r.SpeedupExpert, r.SpeedupAggregator, r.SpeedupE2E, r.Accuracy = nan, nan, nan, nan
+		}
+		return r
+	}
+	sim = []traces.SummaryRow{
+		summaryRow("exp-r", "sim", "rr", 1, inf, 0, [3]float64{1, 1, 1}, 100, 0.75),
+		summaryRow("exp-r", "sim", "mosaic", 1, 1, 2, [3]float64{2, 3, 2.5}, 40, 0.5),
+		summaryRow("exp-r", "sim", "dp", 1, inf, 0, [3]float64{1.2, 1, 1.25}, 80, 0.75),
+		summaryRow("exp-r", "sim", "rr", 2, inf, 0, [3]float64{1, 1, 1}, 120, 0.75),
+		summaryRow("exp-r", "sim", "mosaic", 2, 1, 1, [3]float64{1.5, 2, 2}, 60, 0.75),
+		summaryRow("exp-r", "sim", "dp", 2, inf, 0, [3]float64{1.2, 1, 1.2}, 100, 0.75),
+	}
+	seed1 = []traces.SummaryRow{
+		with(summaryRow("exp-r", "replay", "rr", 1, inf, 0, [3]float64{1, 1, 1}, 110, 0.75), traces.StatusOK),
+		with(summaryRow("exp-r", "replay", "mosaic", 1, 1, 2, [3]float64{1.8, 2.5, 2.2}, 50, 0.5), traces.StatusOK),
+		with(summaryRow("exp-r", "replay", "dp", 1, inf, 0, [3]float64{}, 30, 0.75), traces.StatusFailed),
+	}
+	seed2 = []traces.SummaryRow{
+		with(summaryRow("exp-r", "replay", "rr", 2, inf, 0, [3]float64{1, 1, 1}, 100, 0.75), traces.StatusPartial),
+		with(summaryRow("exp-r", "replay", "mosaic", 2, 1, 1, [3]float64{1.5, 2, 1.6}, 62.5, 0.75), traces.StatusPartial),
+		with(summaryRow("exp-r", "replay", "dp", 2, inf, 0, [3]float64{1.1, 1, 1.25}, 80, 0.75), traces.StatusPartial),
+	}
+	return sim, seed1, seed2
+}
+
+// replayFixtureDirs writes the replay fixture's folders: the simulation's, then each seed's
+// replay with a run.json naming replaySetup.
+func replayFixtureDirs(t *testing.T) []string {
+	t.Helper()
+	sim, seed1, seed2 := replayFixtureRows()
+	return []string{
+		resultsDir(t, "sim", sim, `{"experiment": {"name": "exp-r"}, "seed": 1, "mode": "sim"}`),
+		resultsDir(t, "replay-1", seed1, replayRunJSON(1, replaySetup)),
+		resultsDir(t, "replay-2", seed2, replayRunJSON(2, replaySetup)),
+	}
+}
+
+// replayRunJSON is the run.json of a replay of exp-r measured on setup.
+func replayRunJSON(seed int, setup plots.Setup) string {
+	return fmt.Sprintf(`{"experiment": {"name": "exp-r"}, "seed": %d, "mode": "replay", "engine": %q, "hardware": %q, "servers": []}`,
+		seed, setup.Engine, setup.Hardware)
+}
+
+// resultsDir writes a results folder named name holding summary rows and, unless runJSON is
+// empty, a run.json; it returns the folder's path.
+func resultsDir(t *testing.T, name string, rows []traces.SummaryRow, runJSON string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	writeCSV(t, filepath.Join(dir, "summary.csv"), traces.SummaryHeader, rows)
+	if runJSON != "" {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "run.json"), []byte(runJSON), 0o644))
+	}
+	return dir
+}
+
+// vllmSetup is the setup of the replay fixture's second engine.
+var vllmSetup = plots.Setup{Engine: "vLLM 0.11.0", Hardware: "2 x A100-80GB"}
+
+// vllmFixtureDir writes a replay of exp-r's seed 1 on vllmSetup, slower than the emulator's,
+// in which dp's calls failed.
+func vllmFixtureDir(t *testing.T) string {
+	t.Helper()
+	_, seed1, _ := replayFixtureRows()
+	rows := slices.Clone(seed1)
+	rows[0].E2ES, rows[1].E2ES, rows[1].SpeedupE2E = 130, 70, 130.0/70
+	return resultsDir(t, "vllm-1", rows, replayRunJSON(1, vllmSetup))
 }

@@ -88,7 +88,8 @@ type Figure struct {
 // Render draws the figures of the results folders dirs into outDir:
 //
 //   - speedup: per-stage speedups per policy, grouped by experiment (all folders);
-//   - sim-vs-replay: simulated against measured e2e makespans (all folders);
+//   - sim-vs-replay: simulated against measured e2e makespans and speedups, captioned with
+//     the engine and hardware measured (all folders);
 //   - threshold-tradeoff: skip rate and accuracy against the threshold T (all folders);
 //   - timeline-LABEL: each policy's workers over time (per folder, from workers.csv);
 //   - output-length-LABEL: output-length CDFs per model (per folder, from calls.csv);
@@ -111,6 +112,7 @@ func Render(dirs []string, outDir string, opt Options) ([]Figure, error) {
 	var all []Results
 	var summary, swept []traces.SummaryRow
 	var points []string // summary's sweep points; "" for rows from no sweep
+	var setups []Setup  // the setups of summary's folders
 	var rates []float64
 	var sens []traces.SensitivityRow
 	for _, d := range dirs {
@@ -130,6 +132,7 @@ func Render(dirs []string, outDir string, opt Options) ([]Figure, error) {
 		}
 		all = append(all, r)
 		summary = append(summary, r.Summary...)
+		setups = append(setups, slices.Repeat([]Setup{r.Setup}, len(r.Summary))...)
 		if r.Points != nil {
 			points = append(points, r.Points...)
 		} else {
@@ -168,7 +171,7 @@ func Render(dirs []string, outDir string, opt Options) ([]Figure, error) {
 	if err := add("speedup", f, why); err != nil {
 		return figs, err
 	}
-	f, why = simVsReplayFigure(SimVsReplayData(summary), opt)
+	f, why = simVsReplayFigure(SimVsReplayData(summary, setups), opt)
 	if err := add("sim-vs-replay", f, why); err != nil {
 		return figs, err
 	}
@@ -260,16 +263,19 @@ func fileSafe(s string) string {
 	}, s)
 }
 
-// canvasFigure is a figure laid out as a legend strip above a panel area.
+// canvasFigure is a figure laid out as a legend strip above a panel area, and caption lines
+// under it.
 type canvasFigure struct {
 	width, panelHeight vg.Length
 	legend             []legendEntry
-	// panels draws the figure's plots into c, the area under the legend.
+	// caption holds paragraphs of text drawn under the panels, each wrapped to the width.
+	caption []string
+	// panels draws the figure's plots into c, the area between the legend and the caption.
 	panels func(c draw.Canvas)
 }
 
 func (f *canvasFigure) height() vg.Length {
-	return legendHeight(f.legend, f.width) + f.panelHeight
+	return legendHeight(f.legend, f.width) + f.panelHeight + captionHeight(f.caption, f.width)
 }
 
 // draw draws the whole figure onto c.
@@ -280,7 +286,11 @@ func (f *canvasFigure) draw(c draw.Canvas) {
 	if lh > 0 {
 		drawLegend(draw.Crop(c, 0, 0, c.Size().Y-lh, 0), f.legend)
 	}
-	f.panels(draw.Crop(c, 0, 0, 0, -lh))
+	ch := captionHeight(f.caption, f.width)
+	if ch > 0 {
+		drawCaption(draw.Crop(c, 0, 0, 0, ch-c.Size().Y), f.caption)
+	}
+	f.panels(draw.Crop(c, 0, 0, ch, -lh))
 }
 
 // write writes the figure in every format of opt as outDir/name.FORMAT.

@@ -190,6 +190,9 @@ func TestRenderErrors(t *testing.T) {
 			lines[2] = strings.Replace(lines[2], ",expert,0,", ",expert,-1,", 1)
 			require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "\n")), 0o644))
 		}, plots.Options{}, `calls.csv:3: column layer: "-1" is negative`},
+		{"malformed run.json", func(t *testing.T, dir string) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "run.json"), []byte(`{"engine": `), 0o644))
+		}, plots.Options{}, "run.json: unexpected end of JSON input"},
 		{"no summary", func(t *testing.T, dir string) {
 			require.NoError(t, os.Remove(filepath.Join(dir, "summary.csv")))
 		}, plots.Options{}, "reading summary"},
@@ -209,6 +212,53 @@ func TestRenderErrors(t *testing.T) {
 	assert.Error(t, err)
 }
 
+// The sim-vs-replay figure names what was measured, per experiment and setup where the
+// folders differ, and notes the failed rows left out and the partial ones shown.
+func TestRenderSimVsReplay(t *testing.T) {
+	render := func(t *testing.T, dirs []string) string {
+		t.Helper()
+		figs, err := plots.Render(dirs, t.TempDir(), plots.Options{Width: plots.TwoColumn, Formats: []string{"svg", "png"}})
+		require.NoError(t, err)
+		for _, f := range figs {
+			if f.Name != "sim-vs-replay" {
+				continue
+			}
+			require.Empty(t, f.Skipped)
+			require.Len(t, f.Files, 2)
+			checkSVG(t, f.Files[0])
+			checkPNG(t, f.Files[1], 2100)
+			data, err := os.ReadFile(f.Files[0])
+			require.NoError(t, err)
+			return string(data)
+		}
+		t.Fatal("no sim-vs-replay figure")
+		return ""
+	}
+	t.Run("one setup", func(t *testing.T) {
+		svg := render(t, replayFixtureDirs(t))
+		assert.Contains(t, svg, "Measured on mosaic emulate dev, standing for 2 x A100-80GB.")
+		assert.Contains(t, svg, "e2e speedup (×)")
+		assert.Contains(t, svg, "-0.35×*", "mosaic's speedup difference, flagged partial")
+		assert.Contains(t, svg, "+12.5%*", "dp's makespan error over its partial row alone")
+		assert.Contains(t, svg, "* Measured over the queries that completed under every policy (status partial: 3 replay runs).")
+		assert.Contains(t, svg, "Left out: 1 replay run whose calls failed (status failed).")
+		assert.NotContains(t, svg, ">failed<", "every pair has a measurement")
+	})
+	t.Run("two setups", func(t *testing.T) {
+		svg := render(t, append(replayFixtureDirs(t), vllmFixtureDir(t)))
+		assert.Contains(t, svg, "exp-r (mosaic emulate dev): measured on mosaic emulate dev, standing for 2 x A100-80GB.")
+		assert.Contains(t, svg, "exp-r (vLLM 0.11.0): measured on vLLM 0.11.0 on 2 x A100-80GB.")
+		assert.Contains(t, svg, "Left out: 2 replay runs whose calls failed")
+		assert.Contains(t, svg, ">failed<", "dp has no measurement on vLLM")
+	})
+	t.Run("no run.json", func(t *testing.T) {
+		svg := render(t, []string{fixtureDir(t)})
+		assert.Contains(t, svg, "Measured on an engine and hardware that no run.json names.")
+		assert.NotContains(t, svg, "Left out")
+		assert.NotContains(t, svg, "status partial")
+	})
+}
+
 func TestColumnWidth(t *testing.T) {
 	w, err := plots.ColumnWidth(1)
 	require.NoError(t, err)
@@ -220,7 +270,8 @@ func TestColumnWidth(t *testing.T) {
 	assert.Error(t, err)
 }
 
-// TestRenderFixtureToDir renders the fixture into $PLOTS_FIXTURE_OUT, to look at the figures:
+// TestRenderFixtureToDir renders the fixture into $PLOTS_FIXTURE_OUT, and the replay fixture
+// into its replay and replay-2col folders (one and two columns wide), to look at the figures:
 // PLOTS_FIXTURE_OUT=/tmp/figs go test ./plots -run FixtureToDir
 func TestRenderFixtureToDir(t *testing.T) {
 	out := os.Getenv("PLOTS_FIXTURE_OUT")
@@ -228,6 +279,10 @@ func TestRenderFixtureToDir(t *testing.T) {
 		t.Skip()
 	}
 	_, err := plots.Render([]string{fixtureDir(t)}, out, plots.Options{Formats: []string{"png", "pdf"}})
+	require.NoError(t, err)
+	_, err = plots.Render(replayFixtureDirs(t), filepath.Join(out, "replay"), plots.Options{Formats: []string{"png", "pdf"}})
+	require.NoError(t, err)
+	_, err = plots.Render(append(replayFixtureDirs(t), vllmFixtureDir(t)), filepath.Join(out, "replay-2col"), plots.Options{Width: plots.TwoColumn, Formats: []string{"png", "pdf"}})
 	require.NoError(t, err)
 }
 

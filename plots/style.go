@@ -3,6 +3,7 @@ package plots
 import (
 	"image/color"
 	"math"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/font"
@@ -328,5 +329,55 @@ func drawLegend(c draw.Canvas, entries []legendEntry) {
 			x += sty.Width(e.label) + entryGap
 		}
 		y -= lh
+	}
+}
+
+// ---- caption -----------------------------------------------------------------------------
+
+// captionLines wraps each paragraph of caption at spaces into lines no wider than width (a
+// word wider than width gets a line of its own).
+func captionLines(caption []string, width vg.Length) []string {
+	sty := textStyle(noteSize)
+	var lines []string
+	for _, para := range caption {
+		line := ""
+		for _, w := range strings.Fields(para) {
+			if line != "" && sty.Width(line+" "+w) > width {
+				lines = append(lines, line)
+				line = ""
+			}
+			if line != "" {
+				line += " "
+			}
+			line += w
+		}
+		if line != "" {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+func captionLineHeight() vg.Length {
+	return textStyle(noteSize).Height("Mg") + 1.5
+}
+
+// captionHeight is the height of the strip drawCaption needs for caption at width.
+func captionHeight(caption []string, width vg.Length) vg.Length {
+	n := len(captionLines(caption, width-2*legendPad))
+	if n == 0 {
+		return 0
+	}
+	return vg.Length(n)*captionLineHeight() + 2*legendPad
+}
+
+// drawCaption draws caption's lines left-aligned in c, from its top.
+func drawCaption(c draw.Canvas, caption []string) {
+	sty := textStyle(noteSize)
+	sty.YAlign = draw.YTop
+	y := c.Max.Y - legendPad
+	for _, line := range captionLines(caption, c.Size().X-2*legendPad) {
+		c.FillText(sty, vg.Point{X: c.Min.X + legendPad, Y: y}, line)
+		y -= captionLineHeight()
 	}
 }

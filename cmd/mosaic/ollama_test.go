@@ -25,7 +25,8 @@ import (
 // experiment with that profile, and `mosaic replay` measures it through Ollama's own API:
 // model loads and unloads go through the engine, prompts are text, and every call's token
 // counts are checked. The test prints simulated against measured makespans and speedups per
-// policy. It skips, saying why, where Ollama is not built.
+// policy; with MOSAIC_OLLAMA_OUT=DIR it keeps the files there. It skips, saying why, where
+// Ollama is not built.
 
 // ollamaCatalog describes the hardware and the model for the simulator: one CPU thread as
 // the "GPU" (its peak figures only seed the fit; the profile measures what matters) and the
@@ -36,7 +37,7 @@ name = "CPU-1T"
 vendor = "cpu"
 peak_tflops = 0.05
 hbm_gbps = 10
-memory_gib = 1
+memory_gib = 8
 
 [[model]]
 id = "mosaic/tiny-llama-f32"
@@ -166,13 +167,20 @@ func TestReplayOnOllama(t *testing.T) {
 		urls = append(urls, srv.URL)
 	}
 	dir := t.TempDir()
+	if keep := os.Getenv("MOSAIC_OLLAMA_OUT"); keep != "" {
+		dir = keep // the profile, experiment, results and figures are kept there
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		for _, sub := range []string{"sim", "replay", "figures"} {
+			require.NoError(t, os.RemoveAll(filepath.Join(dir, sub)))
+		}
+	}
 	catalog := filepath.Join(dir, "catalog.toml")
 	require.NoError(t, os.WriteFile(catalog, []byte(ollamaCatalog), 0o644))
 
 	// Profile one expert on worker 0's server: batch latencies and model loads.
 	profile := filepath.Join(dir, "profile.toml")
 	code, out, errOut := runCLI("profile", "--endpoint", urls[0], "--model", "E1", "--arch", "tiny-llama", "--gpu", "CPU-1T",
-		"--catalog", catalog, "--api", "ollama", "--prompt-words", "500", "--lengths", "32,128,256", "--batches", "1,2,4",
+		"--catalog", catalog, "--api", "ollama", "--prompt-words", "500", "--lengths", "32,128,512", "--batches", "1,2,4",
 		"--max-num-seqs", "4", "--max-batched-tokens", "512", "--warmup", "2", "-o", profile)
 	require.Equal(t, 0, code, errOut)
 	t.Logf("mosaic profile:\n%s", out)
