@@ -645,7 +645,7 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 		if err := writeInfo(); err != nil {
 			return nil, err
 		}
-		if err := writeReplaySummary(dir, m.Workload, rows, results, opt.AllowFailedCalls); err != nil {
+		if err := writeReplaySummary(dir, m.Workload, m.SLO, rows, results, opt.AllowFailedCalls); err != nil {
 			return nil, err
 		}
 	}
@@ -718,7 +718,7 @@ func engineName(servers []replay.ServerInfo, api replay.API) string {
 // failed calls has status failed, and no speedup or accuracy is computed for it or against
 // it, unless allowFailed: then every policy measured in this run is summarised over the
 // queries that completed (no call failed) under all of them, with status partial.
-func writeReplaySummary(dir *resultsdir.Dir, wl *traces.Workload, rows []traces.SummaryRow, results map[string]*policies.Result, allowFailed bool) error {
+func writeReplaySummary(dir *resultsdir.Dir, wl *traces.Workload, slo policies.SLO, rows []traces.SummaryRow, results map[string]*policies.Result, allowFailed bool) error {
 	out := slices.Clone(rows)
 	if allowFailed {
 		keep := completedQueries(len(wl.Queries), results)
@@ -729,7 +729,7 @@ func writeReplaySummary(dir *resultsdir.Dir, wl *traces.Workload, rows []traces.
 				if res == nil {
 					continue // finished by an earlier run, over every query: no speedup against the others
 				}
-				nr := summaryRow(row.Experiment, row.Mode, row.Seed, policies.SLO{}, res.Restrict(keep, always))
+				nr := summaryRow(row.Experiment, row.Mode, row.Seed, slo, res.Restrict(keep, always))
 				nr.FailedCalls, nr.Retries, nr.Runs, nr.HostLagPct = row.FailedCalls, row.Retries, row.Runs, row.HostLagPct
 				nr.Status = traces.StatusPartial
 				out[i] = nr

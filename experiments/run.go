@@ -410,11 +410,13 @@ func (run *Run) WriteDir(dir string, info RunInfo, host HostInfo) error {
 		return err
 	}
 	defer d.Close()
-	return run.write(d, info, host)
+	return run.WriteInto(d, info, host)
 }
 
-// write writes the run's files into an open results folder.
-func (run *Run) write(d *resultsdir.Dir, info RunInfo, host HostInfo) error {
+// WriteInto writes the run's files into a results folder this process holds open (and
+// locked) already: a command that writes results takes the lock before it runs, so that a
+// second writer is refused before either has spent anything.
+func (run *Run) WriteInto(d *resultsdir.Dir, info RunInfo, host HostInfo) error {
 	info = run.Experiment.runInfo(run.Mode, info)
 	g := run.Experiment.Graph
 	if err := resultsdir.Write(d, resultsdir.Summary, slices.Values(run.Summaries)); err != nil {

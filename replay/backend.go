@@ -517,7 +517,11 @@ func (b *Backend) deliver(ev backend.Event) backend.Event {
 	b.pending--
 	b.mu.Unlock()
 	if ev.Kind == backend.EventDone && ev.Call != nil {
-		b.handling = b.realTime(ev.At)
+		// A call done in an interrupted run completes at once, without a request: how long
+		// it waits behind the others so resumed is no lag of the host.
+		if _, resumed := b.cfg.Finished[ev.Call.ID]; !resumed {
+			b.handling = b.realTime(ev.At)
+		}
 	}
 	if late := b.Now() - ev.At; late >= 0 && ev.Kind != backend.EventFailed {
 		b.over.record(func(o *overheads) { o.pickup.add(b.real(late)) })

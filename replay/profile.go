@@ -12,12 +12,12 @@ import (
 // profileSeed seeds the profiling prompts.
 const profileSeed = 0x70726f66696c65 // "profile"
 
-// Measurement is one batch of a profiling sweep: Batch requests of Length prompt and Length
+// Measurement is one batch of a profiling sweep: Batch requests of Length prompt and Output
 // output tokens sent together; Latency is the time until the last finished (scaled by the
 // time scale, in seconds).
 type Measurement struct {
-	Length, Batch int
-	Latency       float64
+	Length, Output, Batch int
+	Latency               float64
 }
 
 // Profiled is what a profiling run measured: the batch latencies, and, for a server that loads
@@ -31,6 +31,10 @@ type Profiled struct {
 type ProfileConfig struct {
 	URL, Model, APIKey string
 	Lengths, Batches   []int
+	// Outputs are the output lengths to sweep with each prompt length; 0 stands for the
+	// prompt's length (the default, {0}: prompt = output). A short output beside the equal
+	// one separates a prompt token's cost from a generated one's.
+	Outputs []int
 	// TimeScale converts the server's real time to model time (an emulator's --time-scale).
 	TimeScale float64
 	// Warmup requests sent before measuring (a cold server is slower at first).
@@ -96,40 +100,49 @@ func Profile(ctx context.Context, pc ProfileConfig) (Profiled, error) {
 	sent := 0 // requests so far: each gets its own prompt, so no prefix cache serves it
 	if pc.Warmup > 0 {
 		slog.Info("warming up", "requests", pc.Warmup)
-		if _, err := batch(ctx, hc, pc, 64, pc.Warmup, &sent); err != nil {
+		if _, err := batch(ctx, hc, pc, 64, 64, pc.Warmup, &sent); err != nil {
 			return prof, fmt.Errorf("warm-up: %w", err)
 		}
 	}
+	outputs := pc.Outputs
+	if len(outputs) == 0 {
+		outputs = []int{0}
+	}
 	for _, l := range pc.Lengths {
-		for _, b := range pc.Batches {
-			d, err := batch(ctx, hc, pc, l, b, &sent)
-			if err != nil {
-				return prof, fmt.Errorf("L=%d B=%d: %w", l, b, err)
+		for _, o := range outputs {
+			if o == 0 {
+				o = l
 			}
-			m := Measurement{Length: l, Batch: b, Latency: d.Seconds() * pc.TimeScale}
-			prof.Batches = append(prof.Batches, m)
-			if pc.Progress != nil {
-				pc.Progress(m)
+			for _, b := range pc.Batches {
+				d, err := batch(ctx, hc, pc, l, o, b, &sent)
+				if err != nil {
+					return prof, fmt.Errorf("L=%d out=%d B=%d: %w", l, o, b, err)
+				}
+				m := Measurement{Length: l, Output: o, Batch: b, Latency: d.Seconds() * pc.TimeScale}
+				prof.Batches = append(prof.Batches, m)
+				if pc.Progress != nil {
+					pc.Progress(m)
+				}
 			}
 		}
 	}
 	return prof, nil
 }
 
-// batch sends b requests of l prompt and l output tokens at once and returns the time until
-// the last finished. Every request has a prompt of its own (token IDs numbered by *sent), so
-// a server's prefix cache cannot shorten a prefill.
-func batch(ctx context.Context, hc *http.Client, pc ProfileConfig, l, b int, sent *int) (time.Duration, error) {
+// batch sends b requests of l prompt and out output tokens at once and returns the time
+// until the last finished. Every request has a prompt of its own (drawn from a stream numbered
+// by *sent), so a server's prefix cache cannot shorten a prefill.
+func batch(ctx context.Context, hc *http.Client, pc ProfileConfig, l, out, b int, sent *int) (time.Duration, error) {
 	reqs := make([]request, b)
 	for i := range reqs {
-		reqs[i] = request{Model: pc.Model, MaxTokens: l, Stream: true, StreamOptions: streamOptions{IncludeUsage: true}, promptTokens: l}
+		reqs[i] = request{Model: pc.Model, MaxTokens: out, Stream: true, StreamOptions: streamOptions{IncludeUsage: true}, promptTokens: l}
 		if pc.API == APIOllama {
 			reqs[i].Prompt = PromptText(profileSeed, *sent, 0, l-1, 0, pc.PromptWords) // and the BOS token
 			seed := 0
 			reqs[i].Seed = &seed
 		} else {
 			reqs[i].Prompt = PromptIDs(profileSeed, *sent, 0, l, 0, 0)
-			reqs[i].MinTokens, reqs[i].IgnoreEOS = l, true
+			reqs[i].MinTokens, reqs[i].IgnoreEOS = out, true
 		}
 		*sent++
 	}

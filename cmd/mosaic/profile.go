@@ -25,6 +25,7 @@ func runProfile(args []string, stdout io.Writer) error {
 	out := fs.String("o", "", "write the fitted profile to this file")
 	lengths := fs.String("lengths", "128,512,2048", "prompt = output lengths to sweep")
 	batches := fs.String("batches", "1,8,32,64", "batch sizes to sweep")
+	outputs := fs.String("outputs", "L", "output lengths to sweep with each prompt length (L: the prompt's length), e.g. L,8 to separate prefill from decode")
 	scale := fs.Float64("time-scale", 1, "the server's time scale (an emulator's --time-scale)")
 	warmup := fs.Int("warmup", 4, "warm-up requests before measuring")
 	maxSeqs := fs.Int("max-num-seqs", sim.DefaultMaxNumSeqs, "the server's max_num_seqs")
@@ -82,6 +83,18 @@ func runProfile(args []string, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%w: --batches: %v", errUsage, err)
 	}
+	var outs []int
+	for _, f := range strings.Split(*outputs, ",") {
+		if f = strings.TrimSpace(f); f == "L" || f == "l" {
+			outs = append(outs, 0)
+			continue
+		}
+		n, err := parseCounts(f)
+		if err != nil {
+			return fmt.Errorf("%w: --outputs: %v (or L, the prompt's length)", errUsage, err)
+		}
+		outs = append(outs, n...)
+	}
 	cat := sim.DefaultCatalog()
 	if *catalog != "" {
 		if err := cat.AddFile(*catalog); err != nil {
@@ -109,8 +122,10 @@ func runProfile(args []string, stdout io.Writer) error {
 		return nil
 	}
 	prof0, err := replay.Profile(context.Background(), replay.ProfileConfig{URL: *endpoint, Model: *model, APIKey: key,
-		Lengths: ls, Batches: bs, TimeScale: *scale, Warmup: *warmup, API: replay.API(*api), PromptWords: *promptWords, Loads: *loads,
-		Progress: func(x replay.Measurement) { slog.Info("measured", "L", x.Length, "B", x.Batch, "latency_s", x.Latency) }})
+		Lengths: ls, Batches: bs, Outputs: outs, TimeScale: *scale, Warmup: *warmup, API: replay.API(*api), PromptWords: *promptWords, Loads: *loads,
+		Progress: func(x replay.Measurement) {
+			slog.Info("measured", "L", x.Length, "out", x.Output, "B", x.Batch, "latency_s", x.Latency)
+		}})
 	if err != nil {
 		return err
 	}
@@ -121,7 +136,7 @@ func runProfile(args []string, stdout io.Writer) error {
 	var cases []calibrate.Case
 	for i, x := range prof0.Batches {
 		cases = append(cases, calibrate.Case{Row: calibrate.Row{Line: i + 1, Hardware: g.Name, NumGPUs: 1, Framework: "measured",
-			Model: m.ID, Length: x.Length, Batch: x.Batch, Latency: x.Latency}, GPU: g, Model: m, Engine: engine})
+			Model: m.ID, Length: x.Length, Output: x.Output, Batch: x.Batch, Latency: x.Latency}, GPU: g, Model: m, Engine: engine})
 	}
 	prof := sim.DefaultProfile()
 	fr, err := calibrate.Fit(cases, prof.For(g), calibrate.FitOptions{})
@@ -147,9 +162,9 @@ func runProfile(args []string, stdout io.Writer) error {
 		return err
 	}
 	w := bufio.NewWriter(stdout)
-	fmt.Fprintf(w, "%-42s %6s %4s %11s %11s %9s\n", "model", "L", "B", "measured_s", "predicted_s", "error_pct")
+	fmt.Fprintf(w, "%-42s %6s %6s %4s %11s %11s %9s\n", "model", "L", "out", "B", "measured_s", "predicted_s", "error_pct")
 	for _, p := range preds {
-		fmt.Fprintf(w, "%-42s %6d %4d %11.3f %11.3f %+9.2f\n", p.Model.ID, p.Length, p.Batch, p.Latency, p.Predicted, p.ErrorPct())
+		fmt.Fprintf(w, "%-42s %6d %6d %4d %11.3f %11.3f %+9.2f\n", p.Model.ID, p.Length, p.Outputs(), p.Batch, p.Latency, p.Predicted, p.ErrorPct())
 	}
 	fmt.Fprintf(w, "MAPE %.2f%% over %d rows%s\n", calibrate.MAPE(preds), len(preds), loadNote)
 	if err := w.Flush(); err != nil {

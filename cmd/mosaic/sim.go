@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mosaic-sched/mosaic/experiments"
+	"github.com/mosaic-sched/mosaic/internal/resultsdir"
 )
 
 func runSim(args []string, stdout io.Writer) error {
@@ -60,6 +61,14 @@ func runSim(args []string, stdout io.Writer) error {
 		}
 	}
 	start := time.Now()
+	var dir *resultsdir.Dir
+	if *outDir != "" {
+		// The folder is ours before anything runs: a second writer is refused at once.
+		if dir, err = resultsdir.Open(*outDir, ""); err != nil {
+			return err
+		}
+		defer dir.Close()
+	}
 	slog.Info("simulating", "experiment", res.Name, "file", exp.File(), "cluster", res.ClusterString(), "workers", res.NumWorkers())
 	if res.Batch != nil {
 		rep, err := res.RunBatch()
@@ -86,9 +95,9 @@ func runSim(args []string, stdout io.Writer) error {
 	if err := experiments.WritePlanChecks(stdout, run.PlanChecks(), res.Graph.Workload.Layers()); err != nil {
 		return err
 	}
-	if *outDir != "" {
+	if dir != nil {
 		host, _ := os.Hostname()
-		err := run.WriteDir(*outDir, experiments.RunInfo{Version: version, Commit: commit()},
+		err := run.WriteInto(dir, experiments.RunInfo{Version: version, Commit: commit()},
 			experiments.HostInfo{Host: host, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(),
 				Started: start.UTC().Format(time.RFC3339), WallS: wall.Seconds()})
 		if err != nil {

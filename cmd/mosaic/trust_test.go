@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -200,10 +201,11 @@ func TestReplayFolderLock(t *testing.T) {
 		assert.Contains(t, errOut, fmt.Sprintf("is being written by PID %d (mosaic replay", first.Process.Pid))
 		assert.Less(t, time.Since(began), 5*time.Second, "it fails at once")
 	}
-	// A simulation or a merge into the folder is refused the same way.
-	code, _, errOut := runCLI("sim", e2eExperiment, "-o", dir)
+	// A simulation into the folder is refused the same way, before it simulates anything.
+	code, out, errOut := runCLI("sim", e2eExperiment, "-o", dir)
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errOut, "is being written by PID")
+	assert.Empty(t, out, "no table: it did not run")
 
 	require.NoError(t, first.Process.Kill()) // a crash: the kernel drops the lock
 	_ = first.Wait()
@@ -267,7 +269,9 @@ func TestReplayRetriesCounted(t *testing.T) {
 		backoff := 2 * (math.Pow(2, float64(n-1)) - 1)
 		lost := atof(t, c["retry_lost_s"])
 		assert.GreaterOrEqual(t, lost, 0.95*backoff, "call %s: %d attempts", c["call"], n)
-		assert.Less(t, lost, backoff+10, "call %s: %d attempts lost %.1f s, not the backoff x the time scale", c["call"], n, lost)
+		// A retry also waits its turn to be sent behind the worker's other sends: on a busy
+		// machine that is up to a few tenths of a real second, times 50.
+		assert.Less(t, lost, 5*backoff+10, "call %s: %d attempts lost %.1f s, not the backoff x the time scale (%.0f s)", c["call"], n, lost, 50*backoff)
 		assert.GreaterOrEqual(t, atof(t, c["start_s"]), atof(t, c["ready_s"])+0.95*backoff, "the timing is the last attempt's")
 	}
 	require.Positive(t, retried, "the faults struck")
@@ -325,9 +329,9 @@ func TestReplayPoliciesIsolatedFromEachOthersCaches(t *testing.T) {
 	t.Logf("prefix-cache hit rates by position: %.1f%% %.1f%% %.1f%%", rates[0], rates[1], rates[2])
 	// Within a policy, whether a query's second call finds its question cached depends on
 	// timing (both may be prefilling at once): the rates vary by a few points run to run.
-	// Inherited caches would have raised them by tens of points, position by position.
+	// Inherited caches raise them by tens of points (16%, 96%, 96% without salt or reset).
 	for _, r := range rates[1:] {
-		assert.InDelta(t, rates[0], r, 8, "a policy's hit rate does not depend on its position")
+		assert.InDelta(t, rates[0], r, 15, "a policy's hit rate does not depend on its position")
 	}
 	assert.NotEqual(t, info.Replayed[0].CacheSalt, info.Replayed[1].CacheSalt)
 	// The emulators saw the resets.
@@ -475,4 +479,30 @@ func TestReplayHostLagGuard(t *testing.T) {
 			assert.Less(t, p.HostLag.FitTimeScale, 200.0, p.Policy)
 		}
 	}
+}
+
+// mosaic profile against an emulated H100: batches of equal prompt and output lengths and of
+// short outputs (--outputs L,16, which separates a prompt token's cost from a generated one's),
+// fitted back to the emulator's own cost model.
+func TestProfileEmulator(t *testing.T) {
+	needE2E(t)
+	cfg, err := emulate.ConfigFor("H100-80GB", "llama-3-8b", emulate.Options{})
+	require.NoError(t, err)
+	cfg.ServedName, cfg.TimeScale, cfg.LoadTime = "L", 20, 0
+	s, err := emulate.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, s.Start("127.0.0.1:0"))
+	t.Cleanup(func() { s.Close() })
+	out := filepath.Join(t.TempDir(), "profile.toml")
+	code, stdout, errOut := runCLI("profile", "--endpoint", s.URL(), "--model", "L", "--arch", "llama-3-8b", "--gpu", "H100-80GB",
+		"--lengths", "128,512", "--outputs", "L,16", "--batches", "1,16", "--time-scale", "20", "--warmup", "2", "-o", out)
+	require.Equal(t, 0, code, errOut)
+	t.Logf("%s", stdout)
+	assert.Regexp(t, `meta-llama/Meta-Llama-3-8B\s+512\s+16\s+16\s`, stdout, "a batch of 16 prompts of 512 tokens, 16 tokens out")
+	m := regexp.MustCompile(`MAPE ([0-9.]+)% over 8 rows`).FindStringSubmatch(stdout)
+	require.NotNil(t, m, stdout)
+	assert.Less(t, atof(t, m[1]), 10.0, "the fit reproduces the emulator's own cost model")
+	data, err := os.ReadFile(out)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), "[gpu.h100-80gb]")
 }

@@ -38,9 +38,18 @@ type Row struct {
 	NumGPUs   int
 	Framework string
 	Model     string
-	Length    int     // prompt tokens = output tokens
+	Length    int     // prompt tokens (and output tokens, unless Output says otherwise)
+	Output    int     // output tokens when they differ from Length (0: Length)
 	Batch     int     // requests submitted together
 	Latency   float64 // seconds until the last request finished
+}
+
+// Outputs is the row's output tokens per request.
+func (r Row) Outputs() int {
+	if r.Output > 0 {
+		return r.Output
+	}
+	return r.Length
 }
 
 var header = []string{"Hardware", "Num of Hardware", "Framework", "Model", "Input Output Length", "Batch Size", "Latency", "Throughput"}
@@ -266,7 +275,7 @@ func Predict(c Case, coef sim.Coefficients) (Prediction, error) {
 	}
 	reqs := make([]sim.Arrival, c.Batch)
 	for i := range reqs {
-		reqs[i] = sim.Arrival{Request: sim.Request{ID: uint64(i), PromptTokens: c.Length, OutputTokens: c.Length}}
+		reqs[i] = sim.Arrival{Request: sim.Request{ID: uint64(i), PromptTokens: c.Length, OutputTokens: c.Outputs()}}
 	}
 	res, err := sim.Serve(eng, reqs)
 	if err != nil {
@@ -358,6 +367,9 @@ func Sort(ps []Prediction) {
 		}
 		if a.Length != b.Length {
 			return a.Length < b.Length
+		}
+		if a.Outputs() != b.Outputs() {
+			return a.Outputs() < b.Outputs()
 		}
 		return a.Batch < b.Batch
 	})
