@@ -570,7 +570,7 @@ func (run *Run) notes(s traces.SummaryRow) []string {
 		out = append(out, fmt.Sprintf("%s: %d calls were retried (calls.csv: attempts, retry_lost_s): each call's times are its last attempt's, and the failed attempts' time is in the makespan.", s.Policy, s.Retries))
 	}
 	if s.Runs > 1 {
-		out = append(out, fmt.Sprintf("%s: its makespan spans %d runs (--resume): the calls in flight at an interruption were served again.", s.Policy, s.Runs))
+		out = append(out, fmt.Sprintf("%s: its makespan spans %d runs (--resume): the calls in flight at an interruption, or those that had failed, were served again after the others, so its stage times are stitched; for a figure to publish, replay it into a fresh folder.", s.Policy, s.Runs))
 	}
 	for _, pr := range run.Replayed {
 		if pr.Policy == s.Policy && pr.HostLag.Over() {

@@ -49,8 +49,6 @@ type dispatcher struct {
 	queues   map[*server][]*job // per server, in submission order
 	inflight map[*server]int
 	jobs     map[int]*job // queued or in flight, by call ID
-	// freed is when each server last had a place freed (real time: its call's last byte).
-	freed map[*server]time.Time
 
 	sendMu sync.Mutex // held while a request is sent and its headers awaited
 	// prefills are the overlap's prefill-only requests under way.
@@ -59,7 +57,7 @@ type dispatcher struct {
 
 func newDispatcher(b *Backend, worker int) *dispatcher {
 	return &dispatcher{b: b, worker: worker, wake: make(chan struct{}, 1), queues: map[*server][]*job{}, inflight: map[*server]int{},
-		jobs: map[int]*job{}, freed: map[*server]time.Time{}}
+		jobs: map[int]*job{}}
 }
 
 func (d *dispatcher) signal() {
