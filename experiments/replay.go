@@ -524,7 +524,6 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 	}
 	nonce := newNonce()
 	run := &Run{Experiment: r, Mode: "replay"}
-	infos := r.ModelInfos()
 	var rows []traces.SummaryRow
 	results := map[string]*policies.Result{}
 	for _, p := range m.Policies {
@@ -570,22 +569,13 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 			stop()
 			return nil, err
 		}
-		pol := p.New()
-		d, err := policies.NewDriver(be, pol, p.Rule, m.Workload, infos, r.NumWorkers())
-		if err != nil {
-			be.Close()
-			stop()
-			return nil, err
-		}
-		d.CallDone = record
-		d.SetEarlyExit(p.Exit)
-		d.SetOverlap(p.Overlap)
+		hooks := RunHooks{CallDone: record}
 		if opt.Progress != nil {
-			d.Progress = func(done, total int) { opt.Progress(p.Label, done, total) }
+			hooks.Progress = func(done, total int) { opt.Progress(p.Label, done, total) }
 			opt.Progress(p.Label, 0, m.Workload.NumCalls()) // the policy starts
 		}
 		slog.Info("replaying", "policy", p.Label, "cluster", r.ClusterString(), "resumed_calls", len(finished))
-		res, err := d.Run(pctx)
+		res, pol, err := r.RunPolicy(pctx, be, p, hooks)
 		be.Close()
 		stop()
 		pr.HostLag = be.HostLag()
@@ -607,9 +597,8 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 			return nil, fmt.Errorf("%w (the results so far are in %s)", writeErr, opt.Dir)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w (the results so far are in %s; rerun with --resume to continue)", p.Label, err, opt.Dir)
+			return nil, fmt.Errorf("%w (the results so far are in %s; rerun with --resume to continue)", err, opt.Dir)
 		}
-		res.Policy = p.Label
 		// The policy's rows are now exactly its final records: a call done in the interrupted
 		// run keeps the row measured then, and rows that no longer hold (a failed attempt's
 		// row beside the call's new one, an aggregator the rerun skipped) go.

@@ -128,16 +128,32 @@ func (r *Resolved) simulatePolicy(ctx context.Context, p ResolvedPolicy, progres
 	if err != nil {
 		return nil, nil, err
 	}
+	var hooks RunHooks
+	if progress != nil {
+		hooks.Progress = func(done, total int) { progress(p.Label, done, total) }
+	}
+	return r.RunPolicy(ctx, cl, p, hooks)
+}
+
+// RunHooks are what a caller of RunPolicy hears as the run goes: each finished call
+// (CallDone: a replay writes its row) and the calls done of the total (Progress).
+type RunHooks struct {
+	CallDone func(policies.CallRecord)
+	Progress func(done, total int)
+}
+
+// RunPolicy runs one of the experiment's policies on the workload over a Backend: the one run
+// path of the simulator (a simulated cluster) and of replay (servers), which differ only in
+// the Backend they pass. The result is labelled with the policy's label.
+func (r *Resolved) RunPolicy(ctx context.Context, be policies.Backend, p ResolvedPolicy, hooks RunHooks) (*policies.Result, policies.Policy, error) {
 	pol := p.New()
-	d, err := policies.NewDriver(cl, pol, p.Rule, r.Graph.Workload, r.ModelInfos(), r.NumWorkers())
+	d, err := policies.NewDriver(be, pol, p.Rule, r.Graph.Workload, r.ModelInfos(), r.NumWorkers())
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", p.Label, err)
 	}
 	d.SetEarlyExit(p.Exit)
 	d.SetOverlap(p.Overlap)
-	if progress != nil {
-		d.Progress = func(done, total int) { progress(p.Label, done, total) }
-	}
+	d.CallDone, d.Progress = hooks.CallDone, hooks.Progress
 	res, err := d.Run(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", p.Label, err)
