@@ -447,16 +447,56 @@ func newNonce() string {
 // calls it completed. A policy with failed calls gets status failed (no speedup or accuracy for
 // or against it) unless AllowFailedCalls, and the run's error is then ErrFailedCalls.
 func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) {
-	m := r.Graph
-	if m == nil {
+	if r.Graph == nil {
 		return nil, fmt.Errorf("%s: replay needs a workload of call graphs (kind moa, layered, tree or dag)", r.File())
-	}
-	cfg, err := r.replayConfig()
-	if err != nil {
-		return nil, err
 	}
 	if opt.Dir == "" {
 		return nil, errors.New("replay needs a results folder (-o DIR): results are written as calls complete")
+	}
+	s, err := r.openReplay(ctx, opt)
+	if err != nil {
+		return nil, err
+	}
+	defer s.dir.Close()
+	if stop := s.startTelemetry(); stop != nil {
+		defer stop()
+	}
+	for _, p := range r.Graph.Policies {
+		if row, ok := s.state.summaries[p.Label]; ok {
+			slog.Info("policy already replayed, skipping", "policy", p.Label)
+			s.rows = append(s.rows, row)
+			continue
+		}
+		if err := s.replayPolicy(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	return s.finish()
+}
+
+// replaySession is one invocation of Replay: its locked results folder, what an interrupted run
+// left there, the servers' configuration and what has been measured so far.
+type replaySession struct {
+	r       *Resolved
+	opt     ReplayOptions
+	cfg     replay.Config
+	dir     *resultsdir.Dir
+	state   *resumeState
+	info    replayInfo // run.json
+	nonce   string     // this invocation's, in the cache salts
+	started time.Time
+	run     *Run
+	rows    []traces.SummaryRow
+	results map[string]*policies.Result // the policies measured in this invocation
+}
+
+// openReplay checks the [replay] table, locks the results folder, reads what an interrupted
+// run left (or makes sure nothing measured would be overwritten), checks that every attached
+// server answers, and writes run.json.
+func (r *Resolved) openReplay(ctx context.Context, opt ReplayOptions) (*replaySession, error) {
+	cfg, err := r.replayConfig()
+	if err != nil {
+		return nil, err
 	}
 	if cmd := cfg.Command; len(cfg.Endpoints) == 0 && cmd != "" && !strings.Contains(cmd, "{prefix_caching}") && !strings.Contains(cmd, "prefix-caching") {
 		slog.Warn("[replay] command sets no prefix caching (add {prefix_caching}): the servers keep their own default (vLLM V1: on), whatever [replay] prefix_caching says")
@@ -465,193 +505,221 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 	if err != nil {
 		return nil, err
 	}
-	defer dir.Close()
-	state := newResumeState()
-	if opt.Resume {
-		if state, err = readResume(dir, r); err != nil {
-			return nil, err
-		}
-	} else if has, err := hasResults(dir); err != nil {
+	s := &replaySession{r: r, opt: opt, cfg: cfg, dir: dir, state: newResumeState(), nonce: newNonce(), started: time.Now(),
+		run: &Run{Experiment: r, Mode: "replay"}, results: map[string]*policies.Result{}}
+	if err := s.prepare(ctx); err != nil {
+		dir.Close()
 		return nil, err
-	} else if has {
-		return nil, fmt.Errorf("%s already holds results: use --resume to continue them, or another folder", opt.Dir)
-	} else if err := dir.Remove(resultFiles...); err != nil {
-		return nil, err // an earlier run that measured nothing: start afresh
+	}
+	return s, nil
+}
+
+// prepare reads the folder (resume) or clears an earlier run that measured nothing, probes the
+// attached servers, and writes run.json.
+func (s *replaySession) prepare(ctx context.Context) error {
+	r, dir := s.r, s.dir
+	switch has, err := hasResults(dir); {
+	case s.opt.Resume:
+		if s.state, err = readResume(dir, r); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	case has:
+		return fmt.Errorf("%s already holds results: use --resume to continue them, or another folder", s.opt.Dir)
+	default:
+		if err := dir.Remove(resultFiles...); err != nil {
+			return err // an earlier run that measured nothing: start afresh
+		}
 	}
 	// Before anything is measured: every attached server answers (a wrong URL fails here,
 	// within the connect timeout, naming the URL and the cause).
-	if len(cfg.Endpoints) > 0 {
-		probe, err := replay.New(cfg)
+	if len(s.cfg.Endpoints) > 0 {
+		probe, err := replay.New(s.cfg)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		err = probe.Preflight(ctx)
 		probe.Close()
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", r.File(), err)
+			return fmt.Errorf("%s: %w", r.File(), err)
 		}
 	}
-	cfg.LogDir = dir.File("logs")
-	info := r.runInfo("replay", opt.Info)
-	if info.Fingerprint, err = r.fingerprint(); err != nil {
-		return nil, err
-	}
-	rinfo := replayInfo{RunInfo: info, Hardware: r.ClusterString()}
-	if opt.Resume {
-		rinfo = state.info // what the run was started with, and the servers it used so far
-	}
-	writeInfo := func() error {
-		data, err := snakejson.MarshalIndent(rinfo, "", "  ")
-		if err != nil {
-			return fmt.Errorf("writing run.json: %w", err)
+	s.cfg.LogDir = dir.File("logs")
+	if s.opt.Resume {
+		s.info = s.state.info // what the run was started with, and the servers it used so far
+	} else {
+		info := r.runInfo("replay", s.opt.Info)
+		var err error
+		if info.Fingerprint, err = r.fingerprint(); err != nil {
+			return err
 		}
-		return dir.WriteBytes("run.json", append(data, '\n'))
+		s.info = replayInfo{RunInfo: info, Hardware: r.ClusterString()}
 	}
-	if err := writeInfo(); err != nil {
-		return nil, err
+	return s.writeInfo()
+}
+
+// writeInfo writes run.json.
+func (s *replaySession) writeInfo() error {
+	data, err := snakejson.MarshalIndent(s.info, "", "  ")
+	if err != nil {
+		return fmt.Errorf("writing run.json: %w", err)
 	}
-	start := time.Now()
-	if opt.Telemetry != nil {
-		every := time.Second
-		if t := r.Experiment.Replay.Telemetry; t != nil {
-			every = *t
+	return s.dir.WriteBytes("run.json", append(data, '\n'))
+}
+
+// startTelemetry starts the GPU telemetry the options ask for; nil when none runs.
+func (s *replaySession) startTelemetry() (stop func()) {
+	if s.opt.Telemetry == nil {
+		return nil
+	}
+	every := time.Second
+	if t := s.r.Experiment.Replay.Telemetry; t != nil {
+		every = *t
+	}
+	if every <= 0 {
+		return nil
+	}
+	return s.opt.Telemetry(s.dir.File("gpus.csv"), s.started, max(s.cfg.TimeScale, 1e-9), every)
+}
+
+// replayPolicy measures one policy: a Backend of its own (its cache salt, the calls an
+// interrupted run finished, its clock), each call's row appended as it completes, then the
+// policy's rows made exactly its records and the summary rewritten.
+func (s *replaySession) replayPolicy(ctx context.Context, p ResolvedPolicy) error {
+	r, m := s.r, s.r.Graph
+	pcfg := s.cfg
+	finished := s.state.done[p.Label]
+	pcfg.Finished = finished
+	pr := policyReplay(&s.info, p.Label)
+	prevRuns := pr.Runs
+	pr.Runs = 1
+	if len(finished) > 0 {
+		// The resumed run's clock continues where the interrupted one's last recorded call
+		// ended; the calls in flight then are served again.
+		pcfg.TimeOffset = s.state.offset[p.Label]
+		pr.Runs = max(prevRuns, 1) + 1
+		slog.Warn("resuming an interrupted policy: its makespan spans runs (the calls in flight at the interruption are served again; summary.csv counts its runs)",
+			"policy", p.Label, "calls_done_before", len(finished), "clock_resumes_at_s", pcfg.TimeOffset.Seconds(), "runs", pr.Runs)
+	}
+	pcfg.CacheSalt = cacheSalt(s.nonce, p.Label)
+	pr.CacheSalt = pcfg.CacheSalt
+	// A call's row is written as it completes; a row that cannot be written stops the policy,
+	// since going on would measure what the results would not hold.
+	pctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var writeErr error
+	hooks := RunHooks{CallDone: func(c policies.CallRecord) {
+		if _, old := finished[c.Call.ID]; old || writeErr != nil {
+			return // recorded by the interrupted run, or the file failed
 		}
-		if every > 0 {
-			if stop := opt.Telemetry(dir.File("gpus.csv"), start, max(cfg.TimeScale, 1e-9), every); stop != nil {
-				defer stop()
-			}
+		if c.Status == "failed" {
+			slog.Error("call failed", "policy", p.Label, "err", c.Err)
 		}
+		if err := resultsdir.Append(s.dir, resultsdir.Calls, CallRow(p.Label, c)); err != nil {
+			writeErr = fmt.Errorf("%s: writing calls.csv: %w", p.Label, err)
+			stop()
+		}
+	}}
+	if s.opt.Progress != nil {
+		hooks.Progress = func(done, total int) { s.opt.Progress(p.Label, done, total) }
+		s.opt.Progress(p.Label, 0, m.Workload.NumCalls()) // the policy starts
 	}
-	nonce := newNonce()
-	run := &Run{Experiment: r, Mode: "replay"}
-	var rows []traces.SummaryRow
-	results := map[string]*policies.Result{}
-	for _, p := range m.Policies {
-		if row, ok := state.summaries[p.Label]; ok {
-			slog.Info("policy already replayed, skipping", "policy", p.Label)
-			rows = append(rows, row)
+	be, err := replay.New(pcfg)
+	if err != nil {
+		return err
+	}
+	slog.Info("replaying", "policy", p.Label, "cluster", r.ClusterString(), "resumed_calls", len(finished))
+	res, pol, err := r.RunPolicy(pctx, be, p, hooks)
+	be.Close()
+	s.describe(pr, be)
+	if werr := s.writeInfo(); werr != nil {
+		slog.Error("writing run.json", "err", werr)
+	}
+	if writeErr != nil {
+		return fmt.Errorf("%w (the results so far are in %s)", writeErr, s.opt.Dir)
+	}
+	if err != nil {
+		return fmt.Errorf("%w (the results so far are in %s; rerun with --resume to continue)", err, s.opt.Dir)
+	}
+	if err := s.supersede(p.Label, res); err != nil {
+		return err
+	}
+	s.run.Results = append(s.run.Results, res)
+	s.run.Policies = append(s.run.Policies, pol)
+	s.results[p.Label] = res
+	row := summaryRow(r.Name, "replay", uint64(r.Seed), m.SLO, res)
+	row.Runs, row.HostLagPct = pr.Runs, pr.HostLag.Pct
+	pr.Retries, pr.FailedCalls = row.Retries, row.FailedCalls
+	if pr.HostLag.Over() {
+		slog.Warn("the host could not keep up: its own delays stretched the measured times",
+			"policy", p.Label, "host_lag_pct", round2(pr.HostLag.Pct), "threshold_pct", replay.HostLagThresholdPct,
+			"mean_dispatch_ms", pr.HostLag.MeanDispatchMS, "time_scale", s.cfg.TimeScale, "a_time_scale_that_fits", round2(pr.HostLag.FitTimeScale))
+	}
+	s.rows = append(s.rows, row)
+	if err := s.writeInfo(); err != nil {
+		return err
+	}
+	return writeReplaySummary(s.dir, m.Workload, m.SLO, s.rows, s.results, s.opt.AllowFailedCalls)
+}
+
+// describe records in run.json what the policy's backend measured about itself: the host's
+// lag, the prefix-cache hits, the servers it used and the engine they are.
+func (s *replaySession) describe(pr *PolicyReplay, be *replay.Backend) {
+	pr.HostLag = be.HostLag()
+	pr.PrefixCache = be.PrefixCache()
+	if pct := pr.PrefixCache.HitPct(); !math.IsNaN(pct) {
+		pct = round2(pct)
+		pr.PrefixCacheHitPct = &pct
+	}
+	if more := be.Servers(); len(more) > 0 {
+		s.info.Servers = addServers(s.info.Servers, more)
+		pr.Servers = more
+		s.info.Engine = engineName(s.info.Servers, s.cfg.API)
+	}
+}
+
+// supersede makes the policy's rows of calls.csv, workers.csv and queries.csv exactly its final
+// records: a call done in the interrupted run keeps the row measured then, and rows that no
+// longer hold (a failed attempt's row beside the call's new one, an aggregator the rerun
+// skipped) go.
+func (s *replaySession) supersede(label string, res *policies.Result) error {
+	m := s.r.Graph
+	callRows := make([]traces.CallRow, 0, len(res.Calls))
+	for _, c := range res.Calls {
+		if old, ok := s.state.rows[label][c.Call.ID]; ok {
+			callRows = append(callRows, old)
 			continue
 		}
-		pcfg := cfg
-		finished := state.done[p.Label]
-		pcfg.Finished = finished
-		pr := policyReplay(&rinfo, p.Label)
-		prevRuns := pr.Runs
-		pr.Runs = 1
-		if len(finished) > 0 {
-			// The resumed run's clock continues where the interrupted one's last recorded call
-			// ended; the calls in flight then are served again.
-			pcfg.TimeOffset = state.offset[p.Label]
-			pr.Runs = max(prevRuns, 1) + 1
-			slog.Warn("resuming an interrupted policy: its makespan spans runs (the calls in flight at the interruption are served again; summary.csv counts its runs)",
-				"policy", p.Label, "calls_done_before", len(finished), "clock_resumes_at_s", pcfg.TimeOffset.Seconds(), "runs", pr.Runs)
-		}
-		pcfg.CacheSalt = cacheSalt(nonce, p.Label)
-		pr.CacheSalt = pcfg.CacheSalt
-		// A call's row is written as it completes; a row that cannot be written stops the
-		// policy, since going on would measure what the results would not hold.
-		pctx, stop := context.WithCancel(ctx)
-		var writeErr error
-		record := func(c policies.CallRecord) {
-			if _, old := finished[c.Call.ID]; old || writeErr != nil {
-				return // recorded by the interrupted run, or the file failed
-			}
-			if c.Status == "failed" {
-				slog.Error("call failed", "policy", p.Label, "err", c.Err)
-			}
-			if err := resultsdir.Append(dir, resultsdir.Calls, CallRow(p.Label, c)); err != nil {
-				writeErr = fmt.Errorf("%s: writing calls.csv: %w", p.Label, err)
-				stop()
-			}
-		}
-		be, err := replay.New(pcfg)
-		if err != nil {
-			stop()
-			return nil, err
-		}
-		hooks := RunHooks{CallDone: record}
-		if opt.Progress != nil {
-			hooks.Progress = func(done, total int) { opt.Progress(p.Label, done, total) }
-			opt.Progress(p.Label, 0, m.Workload.NumCalls()) // the policy starts
-		}
-		slog.Info("replaying", "policy", p.Label, "cluster", r.ClusterString(), "resumed_calls", len(finished))
-		res, pol, err := r.RunPolicy(pctx, be, p, hooks)
-		be.Close()
-		stop()
-		pr.HostLag = be.HostLag()
-		pr.PrefixCache = be.PrefixCache()
-		if pct := pr.PrefixCache.HitPct(); !math.IsNaN(pct) {
-			pct = round2(pct)
-			pr.PrefixCacheHitPct = &pct
-		}
-		// run.json names the servers measured (their versions), as soon as they are known.
-		if more := be.Servers(); len(more) > 0 {
-			rinfo.Servers = addServers(rinfo.Servers, more)
-			pr.Servers = more
-			rinfo.Engine = engineName(rinfo.Servers, cfg.API)
-		}
-		if werr := writeInfo(); werr != nil {
-			slog.Error("writing run.json", "err", werr)
-		}
-		if writeErr != nil {
-			return nil, fmt.Errorf("%w (the results so far are in %s)", writeErr, opt.Dir)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w (the results so far are in %s; rerun with --resume to continue)", err, opt.Dir)
-		}
-		// The policy's rows are now exactly its final records: a call done in the interrupted
-		// run keeps the row measured then, and rows that no longer hold (a failed attempt's
-		// row beside the call's new one, an aggregator the rerun skipped) go.
-		callRows := make([]traces.CallRow, 0, len(res.Calls))
-		for _, c := range res.Calls {
-			if old, ok := state.rows[p.Label][c.Call.ID]; ok {
-				callRows = append(callRows, old)
-				continue
-			}
-			callRows = append(callRows, CallRow(p.Label, c))
-		}
-		if err := resultsdir.Supersede(dir, resultsdir.Calls, p.Label, callRows); err != nil {
-			return nil, err
-		}
-		if err := resultsdir.Supersede(dir, resultsdir.Workers, p.Label, WorkerRows([]*policies.Result{res})); err != nil {
-			return nil, err
-		}
-		if err := resultsdir.Supersede(dir, resultsdir.Queries, p.Label, QueryRows(m.Workload, m.SLO, []*policies.Result{res})); err != nil {
-			return nil, err
-		}
-		run.Results = append(run.Results, res)
-		run.Policies = append(run.Policies, pol)
-		results[p.Label] = res
-		row := summaryRow(r.Name, "replay", uint64(r.Seed), m.SLO, res)
-		row.Runs, row.HostLagPct = pr.Runs, pr.HostLag.Pct
-		pr.Retries, pr.FailedCalls = row.Retries, row.FailedCalls
-		if pr.HostLag.Over() {
-			slog.Warn("the host could not keep up: its own delays stretched the measured times",
-				"policy", p.Label, "host_lag_pct", round2(pr.HostLag.Pct), "threshold_pct", replay.HostLagThresholdPct,
-				"mean_dispatch_ms", pr.HostLag.MeanDispatchMS, "time_scale", cfg.TimeScale, "a_time_scale_that_fits", round2(pr.HostLag.FitTimeScale))
-		}
-		rows = append(rows, row)
-		if err := writeInfo(); err != nil {
-			return nil, err
-		}
-		if err := writeReplaySummary(dir, m.Workload, m.SLO, rows, results, opt.AllowFailedCalls); err != nil {
-			return nil, err
-		}
+		callRows = append(callRows, CallRow(label, c))
 	}
-	final, err := resultsdir.Rows(dir, resultsdir.Summary)
+	if err := resultsdir.Supersede(s.dir, resultsdir.Calls, label, callRows); err != nil {
+		return err
+	}
+	if err := resultsdir.Supersede(s.dir, resultsdir.Workers, label, WorkerRows([]*policies.Result{res})); err != nil {
+		return err
+	}
+	return resultsdir.Supersede(s.dir, resultsdir.Queries, label, QueryRows(m.Workload, m.SLO, []*policies.Result{res}))
+}
+
+// finish reads the summary back, writes host.json and returns the run, with ErrFailedCalls
+// when a policy's status is failed.
+func (s *replaySession) finish() (*Run, error) {
+	final, err := resultsdir.Rows(s.dir, resultsdir.Summary)
 	if err != nil {
 		return nil, err
 	}
+	run := s.run
 	run.Summaries = final
-	run.Replayed = rinfo.Replayed
-	run.Engine, run.Hardware = rinfo.Engine, rinfo.Hardware
-	host := opt.Host
-	host.WallS = time.Since(start).Seconds()
+	run.Replayed = s.info.Replayed
+	run.Engine, run.Hardware = s.info.Engine, s.info.Hardware
+	host := s.opt.Host
+	host.WallS = time.Since(s.started).Seconds()
 	data, err := snakejson.MarshalIndent(host, "", "  ")
 	if err != nil {
 		return nil, err
 	}
-	if err := dir.WriteBytes("host.json", append(data, '\n')); err != nil {
+	if err := s.dir.WriteBytes("host.json", append(data, '\n')); err != nil {
 		return nil, err
 	}
 	for _, row := range final {

@@ -11,6 +11,51 @@
 // Events and carries out the Policy's Actions (load or unload a model on a worker, submit a
 // ready call to a worker, wake me at t) on the Backend after checking them. The Backend
 // reports loads and finished calls back as Events.
+//
+// # The pieces
+//
+//   - The Policy contract: Policy (Name, Start, OnEvent) returns Actions (Load, Unload,
+//     Submit, WakeAt, Cancel) in answer to Events (a model loaded or unloaded, calls
+//     released, done, failed, skipped or cancelled, a timer); it knows a model through its
+//     ModelInfo (architecture, cost model, engine, output-length profile, memory share, load
+//     time, and on a mixed cluster its cost on each worker: WorkerCost).
+//   - The View: the read-only state a policy decides on (the clock, what each worker holds,
+//     is loading and has in flight, the ready calls, the calls expected and remaining per
+//     layer and model), valid only during the call that received it.
+//   - The Driver: NewDriver(backend, policy, rule, workload, models, workers) checks the
+//     workload against the models; Run releases calls, consults the rule, checks and carries
+//     out the policy's actions, keeps the invariants listed on Driver, and fails a run that
+//     stalls or thrashes. It is the View the policy sees. SetOverlap and SetEarlyExit turn on
+//     Faster-MoA's prefill-decode overlap and early exit.
+//   - The rules: Rule decides a gated call from its inputs' answers; ConfidenceSkip is
+//     MOSAIC's confidence-aware aggregation (NeverSkip always aggregates), DynamicThreshold a
+//     load-aware variant (LoadRule), and EarlyExit cancels inputs once enough of them agree.
+//   - The results: Run returns a Result, what happened to every call (CallRecord), load
+//     (LoadRecord) and query (QueryOutcome); Summary gives the headline figures (makespan,
+//     latencies, accuracy, GPU busy share), WorkerIntervals each worker's timeline.
+//
+// # Reading guide
+//
+// Start with ExamplePolicy (example_test.go): a whole policy in twenty lines, run by the
+// Driver on the simulated cluster over a hand-built workload. Then read, in this order:
+//
+//  1. contract.go: Action, Policy and its contract, ModelInfo, View, LayersDone; and
+//     workers.go, how a model runs on each worker of a mixed cluster (On, CanRun, CanLoad).
+//  2. package backend (policies/backend): the Backend contract and the Events, which this
+//     package re-exports; a policy author needs only the names here.
+//  3. rule.go: Rule and Decision, ConfidenceSkip, then EarlyExit and DynamicThreshold.
+//  4. driver.go: the Driver's doc comment (the invariants), NewDriver and Run; then handle,
+//     finish, settle and decide (a finished call releases the calls that read it, a gated one
+//     after the rule's decision), do (the checks on each action), and the View methods at the
+//     end.
+//  5. result.go: Result, its records and Summary.
+//  6. roundrobin, the smallest real policy (an offline plan computed in Start and replayed in
+//     OnEvent); then dataparallel; online (decides as calls become ready); mosaic with solver (the
+//     ILP placement).
+//
+// The Driver's tests run it on the simulated cluster: sim/cluster's tests, and its driver
+// scenarios in sim/cluster/testdata (each a workload, a policy run and its event timeline).
+// internal/policytest holds a recording fake Backend whose timing can be followed by hand.
 package policies
 
 import (
