@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -197,12 +198,51 @@ func (g *GPU) validate() error {
 // Catalog holds the GPUs, models and engine presets an experiment may name. Lookups are
 // case-insensitive and accept aliases.
 type Catalog struct {
-	gpus       map[string]*GPU
-	models     map[string]*Model
-	engines    map[string]*EnginePreset
-	gpuList    []*GPU
-	modelList  []*Model
-	engineList []*EnginePreset
+	gpus    registry[GPU]
+	models  registry[Model]
+	engines registry[EnginePreset]
+}
+
+// registry holds entries by name and alias, case-insensitively, and in the order they were
+// added; an entry with an existing entry's name replaces it (and drops its aliases).
+type registry[T any] struct {
+	byName map[string]*T
+	list   []*T
+	names  func(*T) []string // the entry's name, then its aliases
+}
+
+func newRegistry[T any](names func(*T) []string) registry[T] {
+	return registry[T]{byName: map[string]*T{}, names: names}
+}
+
+func (r *registry[T]) put(x *T) {
+	if old, ok := r.byName[strings.ToLower(r.names(x)[0])]; ok {
+		r.list = remove(r.list, old)
+		for k, v := range r.byName {
+			if v == old {
+				delete(r.byName, k)
+			}
+		}
+	}
+	r.list = append(r.list, x)
+	for _, k := range r.names(x) {
+		r.byName[strings.ToLower(k)] = x
+	}
+}
+
+// get looks an entry up by name or alias; ok is false when there is none.
+func (r *registry[T]) get(name string) (*T, bool) {
+	x, ok := r.byName[strings.ToLower(strings.TrimSpace(name))]
+	return x, ok
+}
+
+// known lists the entries' names, in the order they were added.
+func (r *registry[T]) known() []string {
+	out := make([]string, 0, len(r.list))
+	for _, x := range r.list {
+		out = append(out, r.names(x)[0])
+	}
+	return out
 }
 
 type catalogFile struct {
@@ -213,7 +253,11 @@ type catalogFile struct {
 
 // DefaultCatalog returns a fresh copy of the built-in catalog embedded in the binary.
 func DefaultCatalog() *Catalog {
-	c := &Catalog{gpus: map[string]*GPU{}, models: map[string]*Model{}, engines: map[string]*EnginePreset{}}
+	c := &Catalog{
+		gpus:    newRegistry(func(g *GPU) []string { return append([]string{g.Name}, g.Aliases...) }),
+		models:  newRegistry(func(m *Model) []string { return append([]string{m.ID}, m.Aliases...) }),
+		engines: newRegistry(func(e *EnginePreset) []string { return append([]string{e.Name}, e.Aliases...) }),
+	}
 	for _, name := range []string{"catalog/gpus.toml", "catalog/models.toml", "catalog/engines.toml"} {
 		data, err := catalogFS.ReadFile(name)
 		if err != nil {
@@ -267,65 +311,22 @@ func (c *Catalog) add(path string, data []byte) error {
 	return nil
 }
 
-func (c *Catalog) putEngine(e *EnginePreset) {
-	if old, ok := c.engines[strings.ToLower(e.Name)]; ok {
-		c.engineList = remove(c.engineList, old)
-		for k, v := range c.engines {
-			if v == old {
-				delete(c.engines, k)
-			}
-		}
-	}
-	c.engineList = append(c.engineList, e)
-	for _, k := range append([]string{e.Name}, e.Aliases...) {
-		c.engines[strings.ToLower(k)] = e
-	}
-}
+func (c *Catalog) putEngine(e *EnginePreset) { c.engines.put(e) }
 
 // Engine looks up an engine preset by name or alias.
 func (c *Catalog) Engine(name string) (*EnginePreset, error) {
-	if e, ok := c.engines[strings.ToLower(strings.TrimSpace(name))]; ok {
+	if e, ok := c.engines.get(name); ok {
 		return e, nil
 	}
-	var names []string
-	for _, e := range c.engineList {
-		names = append(names, e.Name)
-	}
-	return nil, fmt.Errorf("unknown engine preset %q (known: %s; add others with [[engine]] in a catalog file)", name, strings.Join(names, ", "))
+	return nil, fmt.Errorf("unknown engine preset %q (known: %s; add others with [[engine]] in a catalog file)", name, strings.Join(c.engines.known(), ", "))
 }
 
 // Engines lists the catalog's engine presets in file order.
-func (c *Catalog) Engines() []*EnginePreset { return append([]*EnginePreset(nil), c.engineList...) }
+func (c *Catalog) Engines() []*EnginePreset { return slices.Clone(c.engines.list) }
 
-func (c *Catalog) putGPU(g *GPU) {
-	if old, ok := c.gpus[strings.ToLower(g.Name)]; ok {
-		c.gpuList = remove(c.gpuList, old)
-		for k, v := range c.gpus {
-			if v == old {
-				delete(c.gpus, k)
-			}
-		}
-	}
-	c.gpuList = append(c.gpuList, g)
-	for _, k := range append([]string{g.Name}, g.Aliases...) {
-		c.gpus[strings.ToLower(k)] = g
-	}
-}
+func (c *Catalog) putGPU(g *GPU) { c.gpus.put(g) }
 
-func (c *Catalog) putModel(m *Model) {
-	if old, ok := c.models[strings.ToLower(m.ID)]; ok {
-		c.modelList = remove(c.modelList, old)
-		for k, v := range c.models {
-			if v == old {
-				delete(c.models, k)
-			}
-		}
-	}
-	c.modelList = append(c.modelList, m)
-	for _, k := range append([]string{m.ID}, m.Aliases...) {
-		c.models[strings.ToLower(k)] = m
-	}
-}
+func (c *Catalog) putModel(m *Model) { c.models.put(m) }
 
 func remove[T comparable](s []T, x T) []T {
 	out := s[:0]
@@ -339,39 +340,32 @@ func remove[T comparable](s []T, x T) []T {
 
 // GPU looks up a GPU by name or alias.
 func (c *Catalog) GPU(name string) (*GPU, error) {
-	if g, ok := c.gpus[strings.ToLower(strings.TrimSpace(name))]; ok {
+	if g, ok := c.gpus.get(name); ok {
 		return g, nil
 	}
-	var names []string
-	for _, g := range c.gpuList {
-		names = append(names, g.Name)
-	}
-	return nil, fmt.Errorf("unknown GPU %q (known: %s)", name, strings.Join(names, ", "))
+	return nil, fmt.Errorf("unknown GPU %q (known: %s)", name, strings.Join(c.gpus.known(), ", "))
 }
 
 // Model looks up a model by Hugging Face id or alias.
 func (c *Catalog) Model(name string) (*Model, error) {
-	if m, ok := c.models[strings.ToLower(strings.TrimSpace(name))]; ok {
+	if m, ok := c.models.get(name); ok {
 		return m, nil
 	}
-	var names []string
-	for _, m := range c.modelList {
-		names = append(names, m.ID)
-	}
+	names := c.models.known()
 	sort.Strings(names)
 	return nil, fmt.Errorf("unknown model %q (known: %s; add others with a catalog file)", name, strings.Join(names, ", "))
 }
 
 // GPUs lists the catalog's GPUs in file order.
-func (c *Catalog) GPUs() []*GPU { return append([]*GPU(nil), c.gpuList...) }
+func (c *Catalog) GPUs() []*GPU { return slices.Clone(c.gpus.list) }
 
 // Models lists the catalog's models in file order.
-func (c *Catalog) Models() []*Model { return append([]*Model(nil), c.modelList...) }
+func (c *Catalog) Models() []*Model { return slices.Clone(c.models.list) }
 
 // GPUsMeasuredAs returns the GPUs whose measured_as labels include label (case-insensitive).
 func (c *Catalog) GPUsMeasuredAs(label string) []*GPU {
 	var out []*GPU
-	for _, g := range c.gpuList {
+	for _, g := range c.gpus.list {
 		for _, l := range g.MeasuredAs {
 			if strings.EqualFold(l, label) {
 				out = append(out, g)
