@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/mosaic-sched/mosaic/policies/mosaic"
+	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -280,7 +280,7 @@ func (r *Resolved) genGraph(kind string, m *GraphWorkload) error {
 		for i, c := range wl.Queries[0].Calls {
 			n := nodes[i]
 			if rm, ok := r.Model(n.Model); ok && n.Output != nil && n.Output != rm.Output {
-				k := mosaic.Key{Layer: c.Layer, Model: n.Model}
+				k := policies.LayerModel{Layer: c.Layer, Model: n.Model}
 				if _, seen := m.Outputs[k]; !seen {
 					m.Outputs[k] = n.Output
 				}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/mosaic-sched/mosaic/internal/dataset"
 	"github.com/mosaic-sched/mosaic/policies"
-	"github.com/mosaic-sched/mosaic/policies/mosaic"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -32,7 +31,7 @@ type GraphWorkload struct {
 	Graph *traces.GraphSpec
 	// Outputs are the output-length distributions of the calls of a layer and model where
 	// they differ from the model's own (a MoA aggregator's), for planning policies.
-	Outputs map[mosaic.Key]traces.LengthDist
+	Outputs map[policies.LayerModel]traces.LengthDist
 	// Arrivals is when the queries arrive.
 	Arrivals traces.Arrivals
 	// SLO is the per-query latency objective of the summaries.
@@ -81,7 +80,7 @@ func (e *Experiment) dataPath(key, p string) (string, error) {
 func (r *Resolved) resolveGraph(kind string) error {
 	e := r.Experiment
 	w := e.Workload
-	m := &GraphWorkload{Kind: kind, Outputs: map[mosaic.Key]traces.LengthDist{}}
+	m := &GraphWorkload{Kind: kind, Outputs: map[policies.LayerModel]traces.LengthDist{}}
 	if err := e.checkWorkloadKeys(kind); err != nil {
 		return err
 	}
@@ -208,7 +207,7 @@ func (r *Resolved) aggregatorSpec(out *traces.AggregatorSpec, m *GraphWorkload) 
 	if err := r.aggregatorAnswers(out); err != nil {
 		return err
 	}
-	m.Outputs[mosaic.Key{Layer: 1, Model: rm.Name}] = dist
+	m.Outputs[policies.LayerModel{Layer: 1, Model: rm.Name}] = dist
 	return nil
 }
 

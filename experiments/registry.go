@@ -19,7 +19,7 @@ import (
 type policyBuild struct {
 	e       *Experiment
 	key     string
-	outputs map[mosaic.Key]traces.LengthDist
+	outputs map[policies.LayerModel]traces.LengthDist
 }
 
 // errorf returns an error located at the policy's own option key.

@@ -182,6 +182,14 @@ type Policy interface {
 	OnEvent(e Event, v View) []Action
 }
 
+// LayerModel names the calls of one model in one layer of the call graphs (the experts of a
+// MoA query are layer 0, its aggregator layer 1): output lengths that differ by layer are given
+// per LayerModel.
+type LayerModel struct {
+	Layer int
+	Model string
+}
+
 // ModelInfo is what a policy may know about a model: its architecture, its cost model on the
 // cluster's GPU (the "offline profile") and its output-length distribution. On a mixed cluster
 // (workers of different GPU types or tensor-parallel degrees) Workers holds the model's cost

@@ -55,7 +55,7 @@ type Options struct {
 	// Outputs are the output-length distributions of the calls of a layer and model where
 	// they differ from the model's own (a MoA aggregator writes differently from the same
 	// model as an expert); a missing entry means the model's.
-	Outputs map[Key]traces.LengthDist
+	Outputs map[policies.LayerModel]traces.LengthDist
 	// TimeLimit bounds each ILP solve (default solver.DefaultTimeLimit).
 	TimeLimit time.Duration
 	// Order is OrderLongestFirst (default) or OrderPlain.
@@ -65,12 +65,6 @@ type Options struct {
 	// Pipeline lifts the stage barrier for the next layer's ready calls (the policy is then
 	// named "pipeline"; see pipeline.go).
 	Pipeline bool
-}
-
-// Key names the calls of one model in one layer.
-type Key struct {
-	Layer int
-	Model string
 }
 
 // StagePlan is the plan of one stage: the calls of one layer.

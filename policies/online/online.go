@@ -56,7 +56,7 @@ const (
 type Options struct {
 	// Outputs are the output-length distributions of the calls of a layer and model where they
 	// differ from the model's own (see mosaic.Options).
-	Outputs map[mosaic.Key]traces.LengthDist
+	Outputs map[policies.LayerModel]traces.LengthDist
 	// TimeLimit bounds each ILP solve (default solver.DefaultTimeLimit).
 	TimeLimit time.Duration
 	// Replan is how often the policy checks the mix (0: DefaultReplan; negative: never).
@@ -337,7 +337,7 @@ func (p *Policy) expectedOutput(v policies.View, m policies.ModelInfo) float64 {
 			continue
 		}
 		mean := 1.0
-		if d := p.opts.Outputs[mosaic.Key{Layer: l, Model: m.Name}]; d != nil {
+		if d := p.opts.Outputs[policies.LayerModel{Layer: l, Model: m.Name}]; d != nil {
 			mean = d.Mean()
 		} else if m.Output != nil {
 			mean = m.Output.Mean()
