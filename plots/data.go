@@ -15,7 +15,7 @@ import (
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
-// Results is one results folder (see the README, "Results folder") read into memory.
+// Results is one results folder (see docs/experiments.md, "Results folder") read into memory.
 type Results struct {
 	Dir     string
 	Summary []traces.SummaryRow

@@ -1,4 +1,4 @@
-// Package plots draws paper-style figures from results folders (see the README, "Results
+// Package plots draws paper-style figures from results folders (see docs/experiments.md, "Results
 // folder"), simulated and replayed alike, and exports a run's timeline as a Chrome trace.
 //
 // Render reads one or more folders and writes each figure as its own file:

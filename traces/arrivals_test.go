@@ -91,7 +91,7 @@ func TestRealTraceArrivals(t *testing.T) {
 	require.Len(t, g, 19365)
 	mean, cv := meanCV(g)
 	t.Logf("Azure conversation trace: mean gap %.3f s (%.2f requests/s), CV %.2f", mean, 1/mean, cv)
-	assert.InDelta(t, 5.5, 1/mean, 0.5, "the README's 5.5 requests/s")
+	assert.InDelta(t, 5.5, 1/mean, 0.5, "docs/experiments.md's 5.5 requests/s")
 	scaled := gaps(t, traces.Arrivals{Process: traces.ArrivalsTrace, Gaps: g, Rate: 0.5}, 19365, 1)
 	m2, cv2 := meanCV(scaled)
 	assert.InEpsilon(t, 2, m2, 1e-3)

@@ -46,7 +46,7 @@ func summaries(t *testing.T, dir string) map[string]traces.SummaryRow {
 
 // Same experiment, two modes: each policy's end-to-end makespan and speedup from replay on
 // emulators (launched per worker and model, at time scale 20) agree with the simulator's
-// within 5%. Measured: within 1.2% with two busy loops beside the test (the README says where
+// within 5%. Measured: within 1.2% with two busy loops beside the test (docs/replay.md says where
 // the remaining difference comes from). An emulator's load time is real time divided by the
 // time scale (about 1 s for these models), so on a loaded machine its process start-up alone
 // can outlast it; what the loads overran, as workers.csv records them, is taken off the

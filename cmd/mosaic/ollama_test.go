@@ -209,7 +209,7 @@ func TestReplayOnOllama(t *testing.T) {
 		assert.Positive(t, rp.ModelLoads, "%s: loads went through the engine", p)
 		fmt.Fprintf(&table, "%-14s %9.2f %9.2f %+7.1f%% %9.2f %9.2f\n", p, sp.E2ES, rp.E2ES, 100*(sp.E2ES-rp.E2ES)/rp.E2ES, sp.SpeedupE2E, rp.SpeedupE2E)
 		// The simulator, fitted on nine batch latencies of one CPU thread, comes within
-		// -45% to +13% of the engine's makespans here (the README says where the residual
+		// -45% to +13% of the engine's makespans here (docs/replay.md says where the residual
 		// comes from); the bound only catches a measurement off by a factor, such as a time
 		// unit or a time scale applied twice.
 		ratio := sp.E2ES / rp.E2ES
