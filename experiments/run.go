@@ -16,7 +16,7 @@ import (
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/replay"
 	"github.com/mosaic-sched/mosaic/sim"
-	"github.com/mosaic-sched/mosaic/sim/cluster"
+	"github.com/mosaic-sched/mosaic/simulated"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -70,21 +70,21 @@ func (r *Resolved) ModelInfos() []policies.ModelInfo {
 
 // clusterConfig is the simulated cluster of the experiment: every worker's cost model and
 // engine for each model (on a mixed cluster, each worker's own).
-func (r *Resolved) clusterConfig() cluster.Config {
-	cfg := cluster.Config{Workers: r.NumWorkers(), UnloadTime: DefaultUnloadTime}
+func (r *Resolved) clusterConfig() simulated.Config {
+	cfg := simulated.Config{Workers: r.NumWorkers(), UnloadTime: DefaultUnloadTime}
 	if !r.Mixed() {
-		cfg.Models = map[string]cluster.ModelSetup{}
+		cfg.Models = map[string]simulated.ModelSetup{}
 		for _, rm := range r.Models {
-			cfg.Models[rm.Name] = cluster.ModelSetup{Cost: rm.Cost, Engine: rm.Engine}
+			cfg.Models[rm.Name] = simulated.ModelSetup{Cost: rm.Cost, Engine: rm.Engine}
 		}
 		return cfg
 	}
-	cfg.PerWorker = make([]map[string]cluster.ModelSetup, r.NumWorkers())
+	cfg.PerWorker = make([]map[string]simulated.ModelSetup, r.NumWorkers())
 	for w := range cfg.PerWorker {
-		cfg.PerWorker[w] = map[string]cluster.ModelSetup{}
+		cfg.PerWorker[w] = map[string]simulated.ModelSetup{}
 		for _, rm := range r.Models {
 			gm := r.On(rm, w)
-			cfg.PerWorker[w][rm.Name] = cluster.ModelSetup{Cost: gm.Cost, Engine: gm.Engine, Unfit: gm.Unfit}
+			cfg.PerWorker[w][rm.Name] = simulated.ModelSetup{Cost: gm.Cost, Engine: gm.Engine, Unfit: gm.Unfit}
 		}
 	}
 	return cfg
@@ -124,7 +124,7 @@ func (r *Resolved) Simulate(ctx context.Context, progress Progress) (*Run, error
 
 // simulatePolicy runs one policy on the workload in a simulated cluster.
 func (r *Resolved) simulatePolicy(ctx context.Context, p ResolvedPolicy, progress Progress) (*policies.Result, policies.Policy, error) {
-	cl, err := cluster.New(r.clusterConfig())
+	cl, err := simulated.New(r.clusterConfig())
 	if err != nil {
 		return nil, nil, err
 	}

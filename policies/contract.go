@@ -1,7 +1,7 @@
 // Package policies holds the contract every Mixture-of-Agents scheduling policy is written
 // against, the Driver that runs the MoA pipeline over any Backend, and the aggregation rules.
 // Each policy lives in its own subpackage (roundrobin, dataparallel, ...) and sees only this
-// package's types, so the same policy value runs in the simulator (sim/cluster) and on real
+// package's types, so the same policy value runs in the simulator (simulated) and on real
 // servers (replay) unchanged.
 //
 // A query is a graph of calls (traces.Query). The flow: the Driver releases a call when every
@@ -53,8 +53,8 @@
 //     OnEvent); then dataparallel; online (decides as calls become ready); mosaic with solver (the
 //     ILP placement).
 //
-// The Driver's tests run it on the simulated cluster: sim/cluster's tests, and its driver
-// scenarios in sim/cluster/testdata (each a workload, a policy run and its event timeline).
+// The Driver's tests run it on the simulated cluster: simulated's tests, and its driver
+// scenarios in simulated/testdata (each a workload, a policy run and its event timeline).
 // internal/policytest holds a recording fake Backend whose timing can be followed by hand.
 package policies
 
@@ -68,7 +68,7 @@ import (
 )
 
 // The Backend's vocabulary lives in the leaf package policies/backend, which the backends
-// (sim/cluster, replay) import instead of this package; the names below re-export it, so a
+// (simulated, replay) import instead of this package; the names below re-export it, so a
 // policy sees only this package's names.
 
 // WorkerID is the backend package's WorkerID: workers (GPUs) numbered from 0.

@@ -7,7 +7,7 @@ import (
 
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/sim"
-	"github.com/mosaic-sched/mosaic/sim/cluster"
+	"github.com/mosaic-sched/mosaic/simulated"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -49,7 +49,7 @@ func ExamplePolicy() {
 		panic(err)
 	}
 	var models []policies.ModelInfo
-	setups := map[string]cluster.ModelSetup{}
+	setups := map[string]simulated.ModelSetup{}
 	for _, m := range []struct{ name, catalogID string }{{"llama", "llama-3-8b"}, {"qwen", "qwen2.5-7b"}} {
 		arch, err := cat.Model(m.catalogID)
 		if err != nil {
@@ -65,7 +65,7 @@ func ExamplePolicy() {
 		}
 		models = append(models, policies.ModelInfo{Name: m.name, Arch: arch, Cost: cost, Engine: engine,
 			Memory: 0.45, LoadTime: cost.LoadTime()})
-		setups[m.name] = cluster.ModelSetup{Cost: cost, Engine: engine}
+		setups[m.name] = simulated.ModelSetup{Cost: cost, Engine: engine}
 	}
 
 	wl := &traces.Workload{Name: "tiny"}
@@ -82,7 +82,7 @@ func ExamplePolicy() {
 	}
 
 	const workers = 2
-	backend, err := cluster.New(cluster.Config{Workers: workers, Models: setups, UnloadTime: time.Second})
+	backend, err := simulated.New(simulated.Config{Workers: workers, Models: setups, UnloadTime: time.Second})
 	if err != nil {
 		panic(err)
 	}

@@ -1,7 +1,7 @@
 // Package sim is MOSAIC's simulator core: a model of one vLLM-like inference engine, the cost
 // model that says how long its iterations and model loads take on a given GPU, the catalogs of
 // GPUs, models and engine presets the cost model reads, the profile of fitted coefficients, and
-// the discrete-event clock that the simulated cluster (package sim/cluster) runs on.
+// the discrete-event clock that the simulated cluster (package simulated) runs on.
 //
 // # The pieces
 //
@@ -11,7 +11,7 @@
 //     decode phase of many identical iterations in closed form); each call returns an
 //     Iteration that says how long it took and which sequences produced tokens, got their
 //     first token, finished, were admitted or were preempted. The caller owns time: Serve and
-//     sim/cluster step engines in virtual time, replay/emulate in real time, with the same
+//     simulated step engines in virtual time, replay/emulate in real time, with the same
 //     engine. The scheduler follows vLLM: max_num_seqs, a token budget per
 //     iteration, chunked prefill (or vLLM V0's prefill-first scheduling), a paged KV cache
 //     with a watermark, and preemption by recomputation of the most recently admitted
@@ -43,7 +43,7 @@
 // (NewCostModel); DefaultEngine's scheduler settings (or a preset's: EnginePreset.Budget),
 // with the KV cache that EngineConfig.WithKVCache sizes for that CostModel, are the
 // EngineConfig; NewEngine(cfg, cost) is an idle Engine. Serve runs one over a list of timed
-// Arrivals (calibration, and the MOSAIC policy's offline profile, do so); sim/cluster runs
+// Arrivals (calibration, and the MOSAIC policy's offline profile, do so); simulated runs
 // one per model loaded on each of its workers. Package experiments does this resolution for an
 // experiment file; the policies read the same CostModel in their ModelInfo.
 //
@@ -71,7 +71,7 @@
 //  7. prefix.go: prefix caching, and Grow in engine.go: open requests, whose prompt grows
 //     while their inputs still run (prefill-decode overlap).
 //
-// Then sim/cluster, which runs engines on the workers of a simulated cluster behind the
+// Then simulated, which runs engines on the workers of a simulated cluster behind the
 // policies' Backend contract, and sim/calibrate, which compares the cost model with
 // measurements and fits its coefficients.
 package sim

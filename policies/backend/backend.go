@@ -3,7 +3,7 @@
 // reports, and what a Backend may know of a call (CallRef) and of its timing (CallTiming).
 //
 // It is a leaf: it imports only traces and the standard library, so that the simulated
-// Backend (sim/cluster) and the real one (replay) implement the contract without importing
+// Backend (simulated) and the real one (replay) implement the contract without importing
 // package policies, and the dependency between the simulator and the policies runs one way
 // (policies imports sim for its cost model, never the reverse). Package policies re-exports
 // every name here (type aliases, constants, variables), and policy authors use those: a
@@ -22,7 +22,7 @@ import (
 // WorkerID numbers the workers (GPUs) from 0.
 type WorkerID int
 
-// Backend executes work on workers and reports what happened. sim/cluster advances a virtual
+// Backend executes work on workers and reports what happened. simulated advances a virtual
 // clock; replay talks to inference servers and funnels their completions into one channel.
 //
 // Contract: Load, Unload, Submit, Cancel and WakeAt return at once; each Load completes later

@@ -89,16 +89,15 @@ func (im *importer) chain(t *testing.T, from, forbidden string) []string {
 }
 
 // TestBackendsDoNotImportPolicies keeps the dependency between the simulator and the policies
-// one way: policies imports sim (its cost model), so the simulator (sim and its subpackages,
-// sim/cluster the simulated Backend among them) and the real Backend (replay and its
-// subpackages) must reach package policies by no chain of imports; they use this package's
-// vocabulary instead.
+// one way: policies imports sim (its cost model), so the simulator (sim and its subpackages),
+// the simulated Backend (simulated) and the real Backend (replay and its subpackages) must
+// reach package policies by no chain of imports; they use this package's vocabulary instead.
 func TestBackendsDoNotImportPolicies(t *testing.T) {
 	root, module := moduleRoot(t)
 	im := &importer{root: root, module: module, cache: map[string][]string{}}
 	forbidden := module + "/policies"
 	checked := 0
-	for _, top := range []string{"sim", "replay"} {
+	for _, top := range []string{"sim", "simulated", "replay"} {
 		err := filepath.WalkDir(filepath.Join(root, top), func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -128,7 +127,7 @@ func TestBackendsDoNotImportPolicies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, must := range []string{"sim", "sim/cluster", "replay"} {
+	for _, must := range []string{"sim", "simulated", "replay"} {
 		if _, ok := im.cache[module+"/"+must]; !ok {
 			t.Errorf("package %s/%s was not checked", module, must)
 		}

@@ -19,7 +19,7 @@ import (
 
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/sim"
-	"github.com/mosaic-sched/mosaic/sim/cluster"
+	"github.com/mosaic-sched/mosaic/simulated"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -159,7 +159,7 @@ func TinyModels() []policies.ModelInfo {
 // SimModels builds the named models, in this order, all Llama-3-8B on A100-80GB with 0.9 of
 // the memory (one model per worker at a time), for the simulated cluster. It returns the
 // Driver's model infos, the cluster's setups and their (shared) cost model.
-func SimModels(t testing.TB, names []string) ([]policies.ModelInfo, map[string]cluster.ModelSetup, *sim.CostModel) {
+func SimModels(t testing.TB, names []string) ([]policies.ModelInfo, map[string]simulated.ModelSetup, *sim.CostModel) {
 	t.Helper()
 	cat := sim.DefaultCatalog()
 	g, err := cat.GPU("A100-80GB")
@@ -171,10 +171,10 @@ func SimModels(t testing.TB, names []string) ([]policies.ModelInfo, map[string]c
 	ec, err := sim.DefaultEngine().WithKVCache(cm, 0.9)
 	require.NoError(t, err)
 	var infos []policies.ModelInfo
-	setups := map[string]cluster.ModelSetup{}
+	setups := map[string]simulated.ModelSetup{}
 	for _, name := range names {
 		infos = append(infos, policies.ModelInfo{Name: name, Arch: arch, Cost: cm, Engine: ec, Memory: 0.9, LoadTime: cm.LoadTime()})
-		setups[name] = cluster.ModelSetup{Cost: cm, Engine: ec}
+		setups[name] = simulated.ModelSetup{Cost: cm, Engine: ec}
 	}
 	return infos, setups, cm
 }
@@ -457,7 +457,7 @@ func RunLargeWith(t testing.TB, p policies.Policy, barrier bool) *policies.Resul
 		infos[i].Output = outs[infos[i].Name]
 	}
 	wl := BigMoA(t, 2000)
-	cl, err := cluster.New(cluster.Config{Workers: LargeWorkers, Models: setups, UnloadTime: ClusterUnloadTime})
+	cl, err := simulated.New(simulated.Config{Workers: LargeWorkers, Models: setups, UnloadTime: ClusterUnloadTime})
 	require.NoError(t, err)
 	d, err := policies.NewDriver(cl, p, policies.ConfidenceSkip{Threshold: 1}, wl, infos, LargeWorkers)
 	require.NoError(t, err)

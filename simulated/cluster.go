@@ -1,5 +1,6 @@
-// Package cluster is the simulated Backend: W GPU workers in virtual time, each running one
-// sim.Engine per loaded model, with model load and unload costs from the cost model. The
+// Package simulated is the simulated Backend, the peer of replay's real one: W GPU workers in
+// virtual time, each running one sim.Engine per loaded model, with model load and unload costs
+// from the cost model. The
 // workers of a mixed cluster (Config.PerWorker) differ in GPU type and tensor-parallel degree:
 // each runs a model with its own cost model and engine, and refuses a model its GPUs cannot
 // hold.
@@ -12,7 +13,7 @@
 // run, until it ends; a call submitted to an engine in the middle of a stretch interrupts it at
 // the first iteration boundary after the submission, exactly as a real engine admits a new
 // request at its next iteration.
-package cluster
+package simulated
 
 import (
 	"context"

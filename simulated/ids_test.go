@@ -1,4 +1,4 @@
-package cluster_test
+package simulated_test
 
 import (
 	"context"
@@ -10,15 +10,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mosaic-sched/mosaic/policies"
-	"github.com/mosaic-sched/mosaic/sim/cluster"
+	"github.com/mosaic-sched/mosaic/simulated"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
 // loaded returns a cluster of workers that each hold model M0.
-func loaded(t *testing.T, workers int) (*cluster.Cluster, context.Context) {
+func loaded(t *testing.T, workers int) (*simulated.Cluster, context.Context) {
 	t.Helper()
 	_, setups := setup(t, 1)
-	cl, err := cluster.New(cluster.Config{Workers: workers, Models: setups, UnloadTime: time.Second})
+	cl, err := simulated.New(simulated.Config{Workers: workers, Models: setups, UnloadTime: time.Second})
 	require.NoError(t, err)
 	ctx := context.Background()
 	for w := range workers {

@@ -1,4 +1,4 @@
-package cluster_test
+package simulated_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 	"github.com/mosaic-sched/mosaic/policies/mosaic"
 	"github.com/mosaic-sched/mosaic/policies/roundrobin"
 	"github.com/mosaic-sched/mosaic/sim"
-	"github.com/mosaic-sched/mosaic/sim/cluster"
+	"github.com/mosaic-sched/mosaic/simulated"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -52,7 +52,7 @@ type scenario struct {
 	gpu     string
 	unload  time.Duration
 	models  []policies.ModelInfo
-	setups  map[string]cluster.ModelSetup
+	setups  map[string]simulated.ModelSetup
 	wl      traces.Workload
 }
 
@@ -60,7 +60,7 @@ func runScenario(t *testing.T, path string) {
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	var out strings.Builder
-	sc := &scenario{workers: 1, gpu: "A100-80GB", unload: time.Second, setups: map[string]cluster.ModelSetup{}}
+	sc := &scenario{workers: 1, gpu: "A100-80GB", unload: time.Second, setups: map[string]simulated.ModelSetup{}}
 	lines := strings.Split(string(data), "\n")
 	for i := 0; i < len(lines); i++ {
 		line := lines[i]
@@ -155,7 +155,7 @@ func (sc *scenario) exec(t *testing.T, line string) (string, error) {
 			info.Output = traces.Fixed(n)
 		}
 		sc.models = append(sc.models, info)
-		sc.setups[name] = cluster.ModelSetup{Cost: cm, Engine: ec}
+		sc.setups[name] = simulated.ModelSetup{Cost: cm, Engine: ec}
 	case "query":
 		return "", sc.addQuery(a)
 	case "graph":
@@ -345,7 +345,7 @@ func (sc *scenario) run(t *testing.T, a map[string]string) (string, error) {
 		rule = policies.ConfidenceSkip{Threshold: th}
 	}
 	var out strings.Builder
-	cl, err := cluster.New(cluster.Config{Workers: sc.workers, Models: sc.setups, UnloadTime: sc.unload})
+	cl, err := simulated.New(simulated.Config{Workers: sc.workers, Models: sc.setups, UnloadTime: sc.unload})
 	if err != nil {
 		return "", err
 	}

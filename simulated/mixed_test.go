@@ -1,4 +1,4 @@
-package cluster_test
+package simulated_test
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 	"github.com/mosaic-sched/mosaic/policies/online"
 	"github.com/mosaic-sched/mosaic/policies/roundrobin"
 	"github.com/mosaic-sched/mosaic/sim"
-	"github.com/mosaic-sched/mosaic/sim/cluster"
+	"github.com/mosaic-sched/mosaic/simulated"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -30,13 +30,13 @@ var mixedHardware = []struct {
 // mixedSetup builds models M0..Mn-1 (Llama-3-8B, which runs on every worker) and Big
 // (Llama-3-70B, which only the H100 pair can hold), each with its cost model and engine on
 // every worker of mixedHardware.
-func mixedSetup(t *testing.T, n int) ([]policies.ModelInfo, []map[string]cluster.ModelSetup) {
+func mixedSetup(t *testing.T, n int) ([]policies.ModelInfo, []map[string]simulated.ModelSetup) {
 	t.Helper()
 	cat := sim.DefaultCatalog()
 	W := len(mixedHardware)
-	perWorker := make([]map[string]cluster.ModelSetup, W)
+	perWorker := make([]map[string]simulated.ModelSetup, W)
 	for w := range perWorker {
-		perWorker[w] = map[string]cluster.ModelSetup{}
+		perWorker[w] = map[string]simulated.ModelSetup{}
 	}
 	var infos []policies.ModelInfo
 	add := func(name, archName string, util float64, out traces.LengthDist) {
@@ -55,12 +55,12 @@ func mixedSetup(t *testing.T, n int) ([]policies.ModelInfo, []map[string]cluster
 			blocks, err := cm.KVBlocks(util, 8192, 16)
 			if err != nil {
 				info.Workers[w] = policies.WorkerCost{Hardware: label, Unfit: err.Error()}
-				perWorker[w][name] = cluster.ModelSetup{Unfit: err.Error()}
+				perWorker[w][name] = simulated.ModelSetup{Unfit: err.Error()}
 				continue
 			}
 			ec := sim.EngineConfig{MaxNumSeqs: 256, MaxBatchedTokens: 8192, ChunkedPrefill: true, BlockSize: 16, NumBlocks: blocks, WatermarkBlocks: blocks / 100}
 			info.Workers[w] = policies.WorkerCost{Hardware: label, Cost: cm, Engine: ec, LoadTime: cm.LoadTime()}
-			perWorker[w][name] = cluster.ModelSetup{Cost: cm, Engine: ec}
+			perWorker[w][name] = simulated.ModelSetup{Cost: cm, Engine: ec}
 			if info.Cost == nil {
 				info.Cost, info.Engine, info.LoadTime = cm, ec, cm.LoadTime()
 			}
@@ -104,7 +104,7 @@ func mixedWorkload(queries, k, models int) *traces.Workload {
 func runMixed(t *testing.T, p policies.Policy, wl *traces.Workload, models int) *policies.Result {
 	t.Helper()
 	infos, perWorker := mixedSetup(t, models)
-	cl, err := cluster.New(cluster.Config{Workers: len(perWorker), PerWorker: perWorker, UnloadTime: time.Second})
+	cl, err := simulated.New(simulated.Config{Workers: len(perWorker), PerWorker: perWorker, UnloadTime: time.Second})
 	require.NoError(t, err)
 	rule := policies.ConfidenceSkip{Threshold: 1}
 	d, err := policies.NewDriver(cl, p, rule, wl, infos, len(perWorker))
@@ -147,7 +147,7 @@ func TestPoliciesOnMixedCluster(t *testing.T) {
 // than on an A100, and a model a worker cannot hold cannot be loaded there.
 func TestPerWorkerCosts(t *testing.T) {
 	_, perWorker := mixedSetup(t, 1)
-	cl, err := cluster.New(cluster.Config{Workers: 3, PerWorker: perWorker, UnloadTime: time.Second})
+	cl, err := simulated.New(simulated.Config{Workers: 3, PerWorker: perWorker, UnloadTime: time.Second})
 	require.NoError(t, err)
 	err = cl.Load(0, "Big")
 	require.Error(t, err)

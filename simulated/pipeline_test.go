@@ -1,4 +1,4 @@
-package cluster_test
+package simulated_test
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package cluster_test
+package simulated_test
 
 import (
 	"context"
@@ -15,12 +15,12 @@ import (
 	"github.com/mosaic-sched/mosaic/policies/online"
 	"github.com/mosaic-sched/mosaic/policies/roundrobin"
 	"github.com/mosaic-sched/mosaic/sim"
-	"github.com/mosaic-sched/mosaic/sim/cluster"
+	"github.com/mosaic-sched/mosaic/simulated"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
 // setup builds models named M0..Mn-1 (all Llama-3-8B on A100-80GB) for a cluster.
-func setup(t *testing.T, n int) ([]policies.ModelInfo, map[string]cluster.ModelSetup) {
+func setup(t *testing.T, n int) ([]policies.ModelInfo, map[string]simulated.ModelSetup) {
 	t.Helper()
 	cat := sim.DefaultCatalog()
 	g, err := cat.GPU("A100-80GB")
@@ -32,13 +32,13 @@ func setup(t *testing.T, n int) ([]policies.ModelInfo, map[string]cluster.ModelS
 	ec, err := sim.DefaultEngine().WithKVCache(cm, 0.9)
 	require.NoError(t, err)
 	var infos []policies.ModelInfo
-	setups := map[string]cluster.ModelSetup{}
+	setups := map[string]simulated.ModelSetup{}
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("M%d", i)
 		out, err := traces.NewLogNormal(300, 2000, 1, 4000)
 		require.NoError(t, err)
 		infos = append(infos, policies.ModelInfo{Name: name, Arch: arch, Cost: cm, Engine: ec, Memory: 0.9, LoadTime: cm.LoadTime(), Output: out})
-		setups[name] = cluster.ModelSetup{Cost: cm, Engine: ec}
+		setups[name] = simulated.ModelSetup{Cost: cm, Engine: ec}
 	}
 	return infos, setups
 }
@@ -71,7 +71,7 @@ func workload(queries, k, models int, out func(q, i int) int, agreeEvery int) *t
 func run(t *testing.T, p policies.Policy, rule policies.Rule, wl *traces.Workload, models, workers int) *policies.Result {
 	t.Helper()
 	infos, setups := setup(t, models)
-	cl, err := cluster.New(cluster.Config{Workers: workers, Models: setups, UnloadTime: time.Second})
+	cl, err := simulated.New(simulated.Config{Workers: workers, Models: setups, UnloadTime: time.Second})
 	require.NoError(t, err)
 	d, err := policies.NewDriver(cl, p, rule, wl, infos, workers)
 	require.NoError(t, err)
@@ -348,7 +348,7 @@ func TestDriverRejectsBadPolicies(t *testing.T) {
 		{badPolicy{}, "policy bad at 0s: submit call 0 to worker 0: the worker does not hold M0"},
 		{idlePolicy{}, "policy idle stalled at 0s: 4 queries incomplete, 12 calls ready but never submitted"},
 	} {
-		cl, err := cluster.New(cluster.Config{Workers: 2, Models: setups})
+		cl, err := simulated.New(simulated.Config{Workers: 2, Models: setups})
 		require.NoError(t, err)
 		d, err := policies.NewDriver(cl, tc.p, policies.NeverSkip(), wl, infos, 2)
 		require.NoError(t, err)
