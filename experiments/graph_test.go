@@ -12,6 +12,7 @@ import (
 
 	"github.com/mosaic-sched/mosaic/experiments"
 	"github.com/mosaic-sched/mosaic/internal/dataset"
+	"github.com/mosaic-sched/mosaic/results"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -227,7 +228,7 @@ func TestOnlineMoA(t *testing.T) {
 	require.NoError(t, err)
 	dir := t.TempDir()
 	require.NoError(t, run.WriteDir(dir, experiments.RunInfo{}, experiments.HostInfo{}))
-	rows, err := traces.ReadQueriesCSV(filepath.Join(dir, "queries.csv"))
+	rows, err := results.ReadQueriesCSV(filepath.Join(dir, "queries.csv"))
 	require.NoError(t, err)
 	require.Len(t, rows, 60*len(run.Results))
 	last := 0.0

@@ -14,6 +14,7 @@ import (
 
 	"github.com/mosaic-sched/mosaic/experiments"
 	"github.com/mosaic-sched/mosaic/internal/dataset"
+	"github.com/mosaic-sched/mosaic/results"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -105,7 +106,7 @@ func TestMoAFilesDeterministic(t *testing.T) {
 	}
 	head, err := os.ReadFile(filepath.Join(a, "calls.csv"))
 	require.NoError(t, err)
-	assert.True(t, strings.HasPrefix(string(head), strings.Join(traces.CallHeader, ",")+"\n"))
+	assert.True(t, strings.HasPrefix(string(head), strings.Join(results.CallHeader, ",")+"\n"))
 }
 
 func TestBadMoAExperiments(t *testing.T) {

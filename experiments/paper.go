@@ -13,7 +13,7 @@ import (
 	"strings"
 
 	"github.com/mosaic-sched/mosaic/internal/tomlx"
-	"github.com/mosaic-sched/mosaic/traces"
+	"github.com/mosaic-sched/mosaic/results"
 )
 
 // PaperReference holds the MOSAIC paper's reported figures (experiments/reference/mosaic-paper.toml).
@@ -119,13 +119,13 @@ func (f PaperFigure) target() string {
 // written by `mosaic paper` or a seed sweep), each reference dataset's figures: the mosaic
 // policy's (label "mosaic") speedups over the baseline, and the skip rates and accuracy changes
 // at T = 1 ("mosaic") and T = 2/3 ("mosaic-t2/3"), per seed.
-func PaperFigures(refs []Reference, rows []traces.SummaryRow) ([]PaperFigure, error) {
+func PaperFigures(refs []Reference, rows []results.SummaryRow) ([]PaperFigure, error) {
 	type key struct {
 		exp    string
 		seed   uint64
 		policy string
 	}
-	byKey := map[key]traces.SummaryRow{}
+	byKey := map[key]results.SummaryRow{}
 	seeds := map[string][]uint64{}
 	for _, r := range rows {
 		k := key{r.Experiment, r.Seed, r.Policy}
@@ -145,7 +145,7 @@ func PaperFigures(refs []Reference, rows []traces.SummaryRow) ([]PaperFigure, er
 			figs = append(figs, PaperFigure{Dataset: ref.Name, Figure: fig, Unit: unit, Paper: paper})
 			return &figs[len(figs)-1]
 		}
-		skip := func(r traces.SummaryRow) float64 {
+		skip := func(r results.SummaryRow) float64 {
 			return 100 * float64(r.AggregatorSkipped) / float64(max(1, r.Queries))
 		}
 		for _, seed := range ss {
@@ -234,10 +234,10 @@ func WritePaperCSV(w io.Writer, figs []PaperFigure) error {
 
 // ReadPaperRows reads the summary rows of results folders (a run's folder, or a sweep's, whose
 // summary.csv combines its points).
-func ReadPaperRows(dirs []string) ([]traces.SummaryRow, error) {
-	var rows []traces.SummaryRow
+func ReadPaperRows(dirs []string) ([]results.SummaryRow, error) {
+	var rows []results.SummaryRow
 	for _, d := range dirs {
-		rs, err := traces.ReadSummaryCSV(filepath.Join(d, "summary.csv"))
+		rs, err := results.ReadSummaryCSV(filepath.Join(d, "summary.csv"))
 		if err != nil {
 			return nil, err
 		}

@@ -14,12 +14,12 @@ import (
 
 	"github.com/mosaic-sched/mosaic/experiments"
 	"github.com/mosaic-sched/mosaic/internal/dataset"
-	"github.com/mosaic-sched/mosaic/traces"
+	"github.com/mosaic-sched/mosaic/results"
 )
 
 // paperRows are the summary rows of one seed of a paper experiment.
-func paperRows(exp string, seed uint64, e2e, skip1, acc1 float64) []traces.SummaryRow {
-	return []traces.SummaryRow{
+func paperRows(exp string, seed uint64, e2e, skip1, acc1 float64) []results.SummaryRow {
+	return []results.SummaryRow{
 		{Experiment: exp, Seed: seed, Policy: "round-robin", Queries: 100, SpeedupE2E: 1},
 		{Experiment: exp, Seed: seed, Policy: "mosaic", Queries: 100, SpeedupExpert: e2e, SpeedupAggregator: e2e, SpeedupE2E: e2e,
 			AggregatorSkipped: int(skip1), AccuracyDeltaPP: acc1},
@@ -30,7 +30,7 @@ func paperRows(exp string, seed uint64, e2e, skip1, acc1 float64) []traces.Summa
 func TestPaperFigures(t *testing.T) {
 	refs := []experiments.Reference{{Name: "Set", Experiment: "set-exp", SpeedupExpert: 2, SpeedupAggregator: 2, SpeedupE2E: 2,
 		SkipPctT1: 40, AccuracyDeltaPPT1: 0.5}}
-	var rows []traces.SummaryRow
+	var rows []results.SummaryRow
 	rows = append(rows, paperRows("set-exp", 2, 2.2, 43, 1.0)...)
 	rows = append(rows, paperRows("set-exp", 1, 2.6, 41, 2.0)...)
 	rows = append(rows, paperRows("other", 1, 9, 9, 9)...)

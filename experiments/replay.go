@@ -19,10 +19,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mosaic-sched/mosaic/internal/resultsdir"
 	"github.com/mosaic-sched/mosaic/internal/snakejson"
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/replay"
+	"github.com/mosaic-sched/mosaic/results"
 	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/traces"
 )
@@ -269,17 +269,17 @@ type ReplayOptions struct {
 
 // resumeState is what an interrupted replay left behind.
 type resumeState struct {
-	summaries map[string]traces.SummaryRow // completed policies, every call done
+	summaries map[string]results.SummaryRow // completed policies, every call done
 	// rows are the calls done in the interrupted run, by policy and call ID: their rows are
 	// kept as they were measured.
-	rows   map[string]map[int]traces.CallRow
+	rows   map[string]map[int]results.CallRow
 	done   map[string]map[int]policies.CallTiming
 	offset map[string]time.Duration // when the interrupted policy's last recorded call ended
 	info   replayInfo               // the run.json of the interrupted run
 }
 
 func newResumeState() *resumeState {
-	return &resumeState{summaries: map[string]traces.SummaryRow{}, rows: map[string]map[int]traces.CallRow{},
+	return &resumeState{summaries: map[string]results.SummaryRow{}, rows: map[string]map[int]results.CallRow{},
 		done: map[string]map[int]policies.CallTiming{}, offset: map[string]time.Duration{}}
 }
 
@@ -287,7 +287,7 @@ func newResumeState() *resumeState {
 // results files (a malformed line is an error naming the file, line and column; a line torn by
 // the interruption is cut off). A policy whose summary row is not "ok" runs again: its done
 // calls are kept, the rest sent again.
-func readResume(dir *resultsdir.Dir, r *Resolved) (*resumeState, error) {
+func readResume(dir *results.Dir, r *Resolved) (*resumeState, error) {
 	st := newResumeState()
 	data, err := os.ReadFile(dir.File("run.json"))
 	if err != nil {
@@ -308,18 +308,18 @@ func readResume(dir *resultsdir.Dir, r *Resolved) (*resumeState, error) {
 		return nil, fmt.Errorf("--resume: the experiment differs from the one %s was started with (the workload, models, cluster or policies changed): resume with the same file and overrides, or start a new folder", dir.Path())
 	}
 	st.info = info
-	summaries, err := resultsdir.Rows(dir, resultsdir.Summary)
+	summaries, err := results.Rows(dir, results.Summary)
 	if err != nil {
 		return nil, fmt.Errorf("--resume: %w", err)
 	}
 	for _, row := range summaries {
-		if row.Status != traces.StatusOK || row.FailedCalls > 0 {
+		if row.Status != results.StatusOK || row.FailedCalls > 0 {
 			slog.Warn("--resume: the policy ended with failed calls: running them again", "policy", row.Policy, "failed_calls", row.FailedCalls)
 			continue
 		}
 		st.summaries[row.Policy] = row
 	}
-	calls, err := resultsdir.Rows(dir, resultsdir.Calls)
+	calls, err := results.Rows(dir, results.Calls)
 	if err != nil {
 		return nil, fmt.Errorf("--resume: %w", err)
 	}
@@ -329,7 +329,7 @@ func readResume(dir *resultsdir.Dir, r *Resolved) (*resumeState, error) {
 		}
 		if st.done[c.Policy] == nil {
 			st.done[c.Policy] = map[int]policies.CallTiming{}
-			st.rows[c.Policy] = map[int]traces.CallRow{}
+			st.rows[c.Policy] = map[int]results.CallRow{}
 		}
 		t := policies.CallTiming{Started: fromSeconds(c.StartS), FirstToken: fromSeconds(c.FirstTokenS), End: fromSeconds(c.EndS), Preemptions: c.Preemptions}
 		st.done[c.Policy][c.Call] = t
@@ -407,7 +407,7 @@ var resultFiles = []string{"calls.csv", "queries.csv", "workers.csv", "summary.c
 
 // hasResults reports whether a results folder holds anything measured: a summary row or a
 // call's row.
-func hasResults(dir *resultsdir.Dir) (bool, error) {
+func hasResults(dir *results.Dir) (bool, error) {
 	for _, name := range []string{"summary.csv", "calls.csv"} {
 		data, err := os.ReadFile(dir.File(name))
 		if errors.Is(err, os.ErrNotExist) {
@@ -477,17 +477,17 @@ func (r *Resolved) Replay(ctx context.Context, opt ReplayOptions) (*Run, error) 
 // replaySession is one invocation of Replay: its locked results folder, what an interrupted run
 // left there, the servers' configuration and what has been measured so far.
 type replaySession struct {
-	r       *Resolved
-	opt     ReplayOptions
-	cfg     replay.Config
-	dir     *resultsdir.Dir
-	state   *resumeState
-	info    replayInfo // run.json
-	nonce   string     // this invocation's, in the cache salts
-	started time.Time
-	run     *Run
-	rows    []traces.SummaryRow
-	results map[string]*policies.Result // the policies measured in this invocation
+	r        *Resolved
+	opt      ReplayOptions
+	cfg      replay.Config
+	dir      *results.Dir
+	state    *resumeState
+	info     replayInfo // run.json
+	nonce    string     // this invocation's, in the cache salts
+	started  time.Time
+	run      *Run
+	rows     []results.SummaryRow
+	measured map[string]*policies.Result // the policies measured in this invocation
 }
 
 // openReplay checks the [replay] table, locks the results folder, reads what an interrupted
@@ -501,12 +501,12 @@ func (r *Resolved) openReplay(ctx context.Context, opt ReplayOptions) (*replaySe
 	if cmd := cfg.Command; len(cfg.Endpoints) == 0 && cmd != "" && !strings.Contains(cmd, "{prefix_caching}") && !strings.Contains(cmd, "prefix-caching") {
 		slog.Warn("[replay] command sets no prefix caching (add {prefix_caching}): the servers keep their own default (vLLM V1: on), whatever [replay] prefix_caching says")
 	}
-	dir, err := resultsdir.Open(opt.Dir, opt.Command)
+	dir, err := results.Open(opt.Dir, opt.Command)
 	if err != nil {
 		return nil, err
 	}
 	s := &replaySession{r: r, opt: opt, cfg: cfg, dir: dir, state: newResumeState(), nonce: newNonce(), started: time.Now(),
-		run: &Run{Experiment: r, Mode: "replay"}, results: map[string]*policies.Result{}}
+		run: &Run{Experiment: r, Mode: "replay"}, measured: map[string]*policies.Result{}}
 	if err := s.prepare(ctx); err != nil {
 		dir.Close()
 		return nil, err
@@ -616,7 +616,7 @@ func (s *replaySession) replayPolicy(ctx context.Context, p ResolvedPolicy) erro
 		if c.Status == "failed" {
 			slog.Error("call failed", "policy", p.Label, "err", c.Err)
 		}
-		if err := resultsdir.Append(s.dir, resultsdir.Calls, CallRow(p.Label, c)); err != nil {
+		if err := results.Append(s.dir, results.Calls, CallRow(p.Label, c)); err != nil {
 			writeErr = fmt.Errorf("%s: writing calls.csv: %w", p.Label, err)
 			stop()
 		}
@@ -647,7 +647,7 @@ func (s *replaySession) replayPolicy(ctx context.Context, p ResolvedPolicy) erro
 	}
 	s.run.Results = append(s.run.Results, res)
 	s.run.Policies = append(s.run.Policies, pol)
-	s.results[p.Label] = res
+	s.measured[p.Label] = res
 	row := summaryRow(r.Name, "replay", uint64(r.Seed), m.SLO, res)
 	row.Runs, row.HostLagPct = pr.Runs, pr.HostLag.Pct
 	pr.Retries, pr.FailedCalls = row.Retries, row.FailedCalls
@@ -660,7 +660,7 @@ func (s *replaySession) replayPolicy(ctx context.Context, p ResolvedPolicy) erro
 	if err := s.writeInfo(); err != nil {
 		return err
 	}
-	return writeReplaySummary(s.dir, m.Workload, m.SLO, s.rows, s.results, s.opt.AllowFailedCalls)
+	return writeReplaySummary(s.dir, m.Workload, m.SLO, s.rows, s.measured, s.opt.AllowFailedCalls)
 }
 
 // describe records in run.json what the policy's backend measured about itself: the host's
@@ -685,7 +685,7 @@ func (s *replaySession) describe(pr *PolicyReplay, be *replay.Backend) {
 // skipped) go.
 func (s *replaySession) supersede(label string, res *policies.Result) error {
 	m := s.r.Graph
-	callRows := make([]traces.CallRow, 0, len(res.Calls))
+	callRows := make([]results.CallRow, 0, len(res.Calls))
 	for _, c := range res.Calls {
 		if old, ok := s.state.rows[label][c.Call.ID]; ok {
 			callRows = append(callRows, old)
@@ -693,19 +693,19 @@ func (s *replaySession) supersede(label string, res *policies.Result) error {
 		}
 		callRows = append(callRows, CallRow(label, c))
 	}
-	if err := resultsdir.Supersede(s.dir, resultsdir.Calls, label, callRows); err != nil {
+	if err := results.Supersede(s.dir, results.Calls, label, callRows); err != nil {
 		return err
 	}
-	if err := resultsdir.Supersede(s.dir, resultsdir.Workers, label, WorkerRows([]*policies.Result{res})); err != nil {
+	if err := results.Supersede(s.dir, results.Workers, label, WorkerRows([]*policies.Result{res})); err != nil {
 		return err
 	}
-	return resultsdir.Supersede(s.dir, resultsdir.Queries, label, QueryRows(m.Workload, m.SLO, []*policies.Result{res}))
+	return results.Supersede(s.dir, results.Queries, label, QueryRows(m.Workload, m.SLO, []*policies.Result{res}))
 }
 
 // finish reads the summary back, writes host.json and returns the run, with ErrFailedCalls
 // when a policy's status is failed.
 func (s *replaySession) finish() (*Run, error) {
-	final, err := resultsdir.Rows(s.dir, resultsdir.Summary)
+	final, err := results.Rows(s.dir, results.Summary)
 	if err != nil {
 		return nil, err
 	}
@@ -723,7 +723,7 @@ func (s *replaySession) finish() (*Run, error) {
 		return nil, err
 	}
 	for _, row := range final {
-		if row.Status == traces.StatusFailed {
+		if row.Status == results.StatusFailed {
 			return run, ErrFailedCalls
 		}
 	}
@@ -775,35 +775,35 @@ func engineName(servers []replay.ServerInfo, api replay.API) string {
 // failed calls has status failed, and no speedup or accuracy is computed for it or against
 // it, unless allowFailed: then every policy measured in this run is summarised over the
 // queries that completed (no call failed) under all of them, with status partial.
-func writeReplaySummary(dir *resultsdir.Dir, wl *traces.Workload, slo policies.SLO, rows []traces.SummaryRow, results map[string]*policies.Result, allowFailed bool) error {
+func writeReplaySummary(dir *results.Dir, wl *traces.Workload, slo policies.SLO, rows []results.SummaryRow, measured map[string]*policies.Result, allowFailed bool) error {
 	out := slices.Clone(rows)
 	if allowFailed {
-		keep := completedQueries(len(wl.Queries), results)
+		keep := completedQueries(len(wl.Queries), measured)
 		if slices.Contains(keep, false) {
 			always := alwaysAggregate(wl, keep)
 			for i, row := range out {
-				res := results[row.Policy]
+				res := measured[row.Policy]
 				if res == nil {
 					continue // finished by an earlier run, over every query: no speedup against the others
 				}
 				nr := summaryRow(row.Experiment, row.Mode, row.Seed, slo, res.Restrict(keep, always))
 				nr.FailedCalls, nr.Retries, nr.Runs, nr.HostLagPct = row.FailedCalls, row.Retries, row.Runs, row.HostLagPct
-				nr.Status = traces.StatusPartial
+				nr.Status = results.StatusPartial
 				out[i] = nr
 			}
 		}
 	}
-	setSpeedups(out)
-	return resultsdir.Write(dir, resultsdir.Summary, slices.Values(out))
+	results.SetSpeedups(out)
+	return results.Write(dir, results.Summary, slices.Values(out))
 }
 
 // completedQueries marks the queries none of whose calls failed under any of the results.
-func completedQueries(n int, results map[string]*policies.Result) []bool {
+func completedQueries(n int, measured map[string]*policies.Result) []bool {
 	keep := make([]bool, n)
 	for i := range keep {
 		keep[i] = true
 	}
-	for _, res := range results {
+	for _, res := range measured {
 		for _, c := range res.Calls {
 			if c.Status == "failed" {
 				keep[c.Call.Query] = false

@@ -11,10 +11,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/mosaic-sched/mosaic/internal/resultsdir"
 	"github.com/mosaic-sched/mosaic/internal/snakejson"
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/replay"
+	"github.com/mosaic-sched/mosaic/results"
 	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/simulated"
 	"github.com/mosaic-sched/mosaic/traces"
@@ -32,7 +32,7 @@ type Run struct {
 	Experiment *Resolved
 	Mode       string
 	Results    []*policies.Result // in policy order
-	Summaries  []traces.SummaryRow
+	Summaries  []results.SummaryRow
 	// Policies are the policy values that ran, in order (they may carry plans).
 	Policies []policies.Policy
 	// Replayed says how each policy was replayed (replay only), Engine names the servers
@@ -97,7 +97,7 @@ func (r *Resolved) Simulate(ctx context.Context, progress Progress) (*Run, error
 	if m == nil {
 		return nil, fmt.Errorf("%s: not a workload of call graphs (workload.kind = %q)", r.File(), r.Workload.Kind)
 	}
-	results := make([]*policies.Result, len(m.Policies))
+	res := make([]*policies.Result, len(m.Policies))
 	pols := make([]policies.Policy, len(m.Policies))
 	errs := make([]error, len(m.Policies))
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
@@ -108,7 +108,7 @@ func (r *Resolved) Simulate(ctx context.Context, progress Progress) (*Run, error
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			results[i], pols[i], errs[i] = r.simulatePolicy(ctx, p, progress)
+			res[i], pols[i], errs[i] = r.simulatePolicy(ctx, p, progress)
 		}()
 	}
 	wg.Wait()
@@ -117,8 +117,8 @@ func (r *Resolved) Simulate(ctx context.Context, progress Progress) (*Run, error
 			return nil, err
 		}
 	}
-	run := &Run{Experiment: r, Mode: "sim", Results: results, Policies: pols}
-	run.Summaries = Summarize(r.Name, run.Mode, uint64(r.Seed), m.SLO, results)
+	run := &Run{Experiment: r, Mode: "sim", Results: res, Policies: pols}
+	run.Summaries = Summarize(r.Name, run.Mode, uint64(r.Seed), m.SLO, res)
 	return run, nil
 }
 
@@ -164,19 +164,19 @@ func (r *Resolved) RunPolicy(ctx context.Context, be policies.Backend, p Resolve
 
 // Summarize turns results into summary rows with speedups over the first result; slo sets
 // the attainment and goodput columns (NaN when it bounds nothing).
-func Summarize(experiment, mode string, seed uint64, slo policies.SLO, results []*policies.Result) []traces.SummaryRow {
-	rows := make([]traces.SummaryRow, 0, len(results))
-	for _, res := range results {
+func Summarize(experiment, mode string, seed uint64, slo policies.SLO, measured []*policies.Result) []results.SummaryRow {
+	rows := make([]results.SummaryRow, 0, len(measured))
+	for _, res := range measured {
 		rows = append(rows, summaryRow(experiment, mode, seed, slo, res))
 	}
-	setSpeedups(rows)
+	results.SetSpeedups(rows)
 	return rows
 }
 
-// summaryRow is the summary.csv row of one result, its speedups left for setSpeedups.
-func summaryRow(experiment, mode string, seed uint64, slo policies.SLO, res *policies.Result) traces.SummaryRow {
+// summaryRow is the summary.csv row of one result, its speedups left for results.SetSpeedups.
+func summaryRow(experiment, mode string, seed uint64, slo policies.SLO, res *policies.Result) results.SummaryRow {
 	s := res.Summary()
-	row := traces.SummaryRow{
+	row := results.SummaryRow{
 		Experiment: experiment, Mode: mode, Policy: res.Policy, Seed: seed, Rule: res.Rule, Threshold: res.Threshold,
 		Queries: s.Queries, ExpertCalls: s.ExpertCalls, AggregatorCalls: s.AggregatorCalls,
 		AggregatorSkipped: s.AggregatorSkipped, ExpertStageS: s.ExpertStage.Seconds(),
@@ -186,7 +186,7 @@ func summaryRow(experiment, mode string, seed uint64, slo policies.SLO, res *pol
 		MeanE2ELS: s.Latency.Mean, MedianE2ELS: s.Latency.P50, P90E2ELS: s.Latency.P90, P99E2ELS: s.Latency.P99,
 		MeanTTFTS: s.TTFT.Mean, MedianTTFTS: s.TTFT.P50, P90TTFTS: s.TTFT.P90, P99TTFTS: s.TTFT.P99,
 		MeanQueueS: s.Queue.Mean, P99QueueS: s.Queue.P99, RequestThroughput: s.Throughput,
-		SLOAttainment: math.NaN(), RequestGoodput: math.NaN(), Status: traces.StatusOK, Runs: 1,
+		SLOAttainment: math.NaN(), RequestGoodput: math.NaN(), Status: results.StatusOK, Runs: 1,
 	}
 	if slo.Set() {
 		row.SLOAttainment, row.RequestGoodput = res.Attainment(slo)
@@ -196,50 +196,21 @@ func summaryRow(experiment, mode string, seed uint64, slo policies.SLO, res *pol
 	}
 	if s.FailedCalls > 0 {
 		// Its figures describe a part of the workload: none is a result.
-		row.Status = traces.StatusFailed
+		row.Status = results.StatusFailed
 		row.Accuracy, row.AccuracyDeltaPP = math.NaN(), math.NaN()
 	}
 	return row
 }
 
-// setSpeedups sets every row's speedups over the first row: the baseline's stage and
-// end-to-end times over the row's (NaN where the row's time is not positive). It is the one
-// place speedups are computed, for a simulated run, a replay and a resumed replay alike. No
-// speedup is computed for or against a row with status failed, nor between rows summarised
-// over different queries.
-func setSpeedups(rows []traces.SummaryRow) {
-	if len(rows) == 0 {
-		return
-	}
-	base := rows[0]
-	for i := range rows {
-		if base.Status == traces.StatusFailed || rows[i].Status == traces.StatusFailed || base.Queries != rows[i].Queries {
-			rows[i].SpeedupExpert, rows[i].SpeedupAggregator, rows[i].SpeedupE2E = math.NaN(), math.NaN(), math.NaN()
-			continue
-		}
-		rows[i].SpeedupExpert = speedup(base.ExpertStageS, rows[i].ExpertStageS)
-		rows[i].SpeedupAggregator = speedup(base.AggregatorStageS, rows[i].AggregatorStageS)
-		rows[i].SpeedupE2E = speedup(base.E2ES, rows[i].E2ES)
-	}
-}
-
-// speedup is base/d, NaN when d is not positive.
-func speedup(base, d float64) float64 {
-	if d <= 0 {
-		return math.NaN()
-	}
-	return base / d
-}
-
 // CallRows returns the rows of calls.csv for every result, in policy then call order.
-func CallRows(results []*policies.Result) []traces.CallRow {
-	return slices.Collect(callRowSeq(results))
+func CallRows(measured []*policies.Result) []results.CallRow {
+	return slices.Collect(callRowSeq(measured))
 }
 
 // callRowSeq yields CallRows' rows one at a time.
-func callRowSeq(results []*policies.Result) iter.Seq[traces.CallRow] {
-	return func(yield func(traces.CallRow) bool) {
-		for _, res := range results {
+func callRowSeq(measured []*policies.Result) iter.Seq[results.CallRow] {
+	return func(yield func(results.CallRow) bool) {
+		for _, res := range measured {
 			for _, c := range res.Calls {
 				if !yield(CallRow(res.Policy, c)) {
 					return
@@ -250,8 +221,8 @@ func callRowSeq(results []*policies.Result) iter.Seq[traces.CallRow] {
 }
 
 // CallRow is the calls.csv row of one call record.
-func CallRow(policy string, c policies.CallRecord) traces.CallRow {
-	return traces.CallRow{Policy: policy, Query: c.Call.Query, Call: c.Call.ID, Role: c.Call.Role, Layer: c.Call.Layer,
+func CallRow(policy string, c policies.CallRecord) results.CallRow {
+	return results.CallRow{Policy: policy, Query: c.Call.Query, Call: c.Call.ID, Role: c.Call.Role, Layer: c.Call.Layer,
 		Model: c.Call.Model, Worker: int(c.Worker), InputTokens: c.Call.InputTokens, OutputTokens: c.Produced,
 		ReadyS: c.Ready.Seconds(), StartS: c.Timing.Started.Seconds(), FirstTokenS: c.Timing.FirstToken.Seconds(),
 		EndS: c.Timing.End.Seconds(), Preemptions: c.Timing.Preemptions, Status: c.Status,
@@ -259,21 +230,21 @@ func CallRow(policy string, c policies.CallRecord) traces.CallRow {
 }
 
 // QueryRows returns the rows of queries.csv for every result, in policy then query order.
-func QueryRows(wl *traces.Workload, slo policies.SLO, results []*policies.Result) []traces.QueryRow {
-	return slices.Collect(queryRowSeq(wl, slo, results))
+func QueryRows(wl *traces.Workload, slo policies.SLO, measured []*policies.Result) []results.QueryRow {
+	return slices.Collect(queryRowSeq(wl, slo, measured))
 }
 
 // queryRowSeq yields QueryRows' rows one at a time.
-func queryRowSeq(wl *traces.Workload, slo policies.SLO, results []*policies.Result) iter.Seq[traces.QueryRow] {
-	return func(yield func(traces.QueryRow) bool) {
-		for _, res := range results {
+func queryRowSeq(wl *traces.Workload, slo policies.SLO, measured []*policies.Result) iter.Seq[results.QueryRow] {
+	return func(yield func(results.QueryRow) bool) {
+		for _, res := range measured {
 			calls := make([]int, len(res.Queries))
 			for _, c := range res.Calls {
 				calls[c.Call.Query]++
 			}
 			for qi, q := range res.Queries {
 				wq := &wl.Queries[qi]
-				row := traces.QueryRow{Policy: res.Policy, Query: qi, Dataset: wq.Dataset, Category: wq.Category,
+				row := results.QueryRow{Policy: res.Policy, Query: qi, Dataset: wq.Dataset, Category: wq.Category,
 					ArrivalS: q.Arrival.Seconds(), FirstTokenS: q.FirstToken.Seconds(), EndS: q.End.Seconds(),
 					LatencyS: q.Latency().Seconds(), TTFTS: q.TTFT().Seconds(), QueueS: q.Queue.Seconds(),
 					Calls: calls[qi], SkippedCalls: q.SkippedCalls, FinalSkipped: q.Skipped, Answer: q.Final, Gold: q.Gold,
@@ -300,11 +271,11 @@ func b2i(b bool) int {
 }
 
 // WorkerRows returns the rows of workers.csv for every result.
-func WorkerRows(results []*policies.Result) []traces.WorkerRow {
-	var rows []traces.WorkerRow
-	for _, res := range results {
+func WorkerRows(measured []*policies.Result) []results.WorkerRow {
+	var rows []results.WorkerRow
+	for _, res := range measured {
 		for _, iv := range res.WorkerIntervals() {
-			rows = append(rows, traces.WorkerRow{Policy: res.Policy, Worker: int(iv.Worker), Kind: iv.Kind, Model: iv.Model,
+			rows = append(rows, results.WorkerRow{Policy: res.Policy, Worker: int(iv.Worker), Kind: iv.Kind, Model: iv.Model,
 				StartS: iv.Start.Seconds(), EndS: iv.End.Seconds(), MeanBatch: iv.MeanBatch})
 		}
 	}
@@ -421,7 +392,7 @@ type HostInfo struct {
 // WriteDir writes summary.csv, calls.csv, queries.csv, workers.csv, run.json and host.json into
 // dir, holding its lock.
 func (run *Run) WriteDir(dir string, info RunInfo, host HostInfo) error {
-	d, err := resultsdir.Open(dir, "")
+	d, err := results.Open(dir, "")
 	if err != nil {
 		return err
 	}
@@ -432,19 +403,19 @@ func (run *Run) WriteDir(dir string, info RunInfo, host HostInfo) error {
 // WriteInto writes the run's files into a results folder this process holds open (and
 // locked) already: a command that writes results takes the lock before it runs, so that a
 // second writer is refused before either has spent anything.
-func (run *Run) WriteInto(d *resultsdir.Dir, info RunInfo, host HostInfo) error {
+func (run *Run) WriteInto(d *results.Dir, info RunInfo, host HostInfo) error {
 	info = run.Experiment.runInfo(run.Mode, info)
 	g := run.Experiment.Graph
-	if err := resultsdir.Write(d, resultsdir.Summary, slices.Values(run.Summaries)); err != nil {
+	if err := results.Write(d, results.Summary, slices.Values(run.Summaries)); err != nil {
 		return err
 	}
-	if err := resultsdir.Write(d, resultsdir.Calls, callRowSeq(run.Results)); err != nil {
+	if err := results.Write(d, results.Calls, callRowSeq(run.Results)); err != nil {
 		return err
 	}
-	if err := resultsdir.Write(d, resultsdir.Queries, queryRowSeq(g.Workload, g.SLO, run.Results)); err != nil {
+	if err := results.Write(d, results.Queries, queryRowSeq(g.Workload, g.SLO, run.Results)); err != nil {
 		return err
 	}
-	if err := resultsdir.Write(d, resultsdir.Workers, slices.Values(WorkerRows(run.Results))); err != nil {
+	if err := results.Write(d, results.Workers, slices.Values(WorkerRows(run.Results))); err != nil {
 		return err
 	}
 	if err := writeJSON(d, "run.json", info); err != nil {
@@ -471,7 +442,7 @@ func (r *Resolved) runInfo(mode string, info RunInfo) RunInfo {
 
 // writeJSON writes v into a file of the folder with snake_case keys, as run.json and
 // host.json are written.
-func writeJSON(d *resultsdir.Dir, name string, v any) error {
+func writeJSON(d *results.Dir, name string, v any) error {
 	data, err := snakejson.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("writing %s: %w", name, err)
@@ -518,9 +489,9 @@ func (run *Run) WriteTable(w io.Writer) error {
 		}
 		tail := ""
 		switch s.Status {
-		case traces.StatusFailed:
+		case results.StatusFailed:
 			tail += "  FAILED"
-		case traces.StatusPartial:
+		case results.StatusPartial:
 			tail += fmt.Sprintf("  partial (%d of %d queries)", s.Queries, len(g.Workload.Queries))
 		}
 		if failed > 0 {
@@ -558,7 +529,7 @@ func (run *Run) WriteTable(w io.Writer) error {
 }
 
 // notes explains what qualifies a summary row's figures.
-func (run *Run) notes(s traces.SummaryRow) []string {
+func (run *Run) notes(s results.SummaryRow) []string {
 	var out []string
 	firstErr := ""
 	for _, res := range run.Results {
@@ -575,10 +546,10 @@ func (run *Run) notes(s traces.SummaryRow) []string {
 		firstErr = "; the first: " + firstErr
 	}
 	switch s.Status {
-	case traces.StatusFailed:
+	case results.StatusFailed:
 		out = append(out, fmt.Sprintf("%s: FAILED, %d calls failed%s. No speedup or accuracy is computed for it or against it: its times cover part of the workload, stretched by the failures (rerun with --resume to retry them, or with --allow-failed-calls to compare over the queries that completed).",
 			s.Policy, s.FailedCalls, firstErr))
-	case traces.StatusPartial:
+	case results.StatusPartial:
 		out = append(out, fmt.Sprintf("%s: partial, %d calls failed%s. Its figures are over the %d queries that completed under every policy of this run, not the whole workload (--allow-failed-calls).",
 			s.Policy, s.FailedCalls, firstErr, s.Queries))
 	}
@@ -608,7 +579,7 @@ func num(v float64, format string) string {
 }
 
 // writeLatencyTable prints the per-query latencies of an online run.
-func writeLatencyTable(w io.Writer, rows []traces.SummaryRow, slo policies.SLO) error {
+func writeLatencyTable(w io.Writer, rows []results.SummaryRow, slo policies.SLO) error {
 	fmt.Fprintf(w, "per-query latency (s)\n%-18s %9s %9s %9s %9s %9s %9s %8s", "policy", "e2el_mean", "e2el_p50", "e2el_p90", "e2el_p99", "ttft_p99", "queue_p99", "q/s")
 	if slo.Set() {
 		fmt.Fprintf(w, " %8s %8s", "slo_met", "goodput")

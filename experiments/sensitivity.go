@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/mosaic-sched/mosaic/traces"
+	"github.com/mosaic-sched/mosaic/results"
 )
 
 // Assumption is one input of an experiment moved to the ends of its plausible range, for a
@@ -153,7 +153,7 @@ func (e *Experiment) scaleDist(key string, d *Dist, f float64) ([]string, error)
 // SensitivityPoints returns the sweep points of a sensitivity analysis over seeds 1..seeds: the
 // base experiment and, per assumption, its low and high variant, each for every seed (common
 // seeds, so that differences are not seed noise). sides[i] names point i's assumption and side.
-func SensitivityPoints(as []Assumption, seeds int) (pts []Point, sides []traces.SensitivityRow) {
+func SensitivityPoints(as []Assumption, seeds int) (pts []Point, sides []results.SensitivityRow) {
 	for s := 1; s <= seeds; s++ {
 		seed := fmt.Sprintf("seed=%d", s)
 		add := func(a Assumption, side, setting string, assign []string) {
@@ -162,7 +162,7 @@ func SensitivityPoints(as []Assumption, seeds int) (pts []Point, sides []traces.
 				name = fmt.Sprintf("%04d_base_seed=%d", len(pts), s)
 			}
 			pts = append(pts, Point{Index: len(pts), Name: name, Assign: append([]string{seed}, assign...)})
-			sides = append(sides, traces.SensitivityRow{Assumption: a.Name, Side: side, Setting: setting, Seed: uint64(s)})
+			sides = append(sides, results.SensitivityRow{Assumption: a.Name, Side: side, Setting: setting, Seed: uint64(s)})
 		}
 		add(Assumption{}, "base", "as in the file", nil)
 		for _, a := range as {
@@ -177,7 +177,7 @@ func SensitivityPoints(as []Assumption, seeds int) (pts []Point, sides []traces.
 // per point with the policy's (label) speedups; paperE2E (NaN when unknown) is carried into
 // every row.
 func RunSensitivity(ctx context.Context, load SweepLoader, as []Assumption, seeds int, policy, dir string, paperE2E float64,
-	info RunInfo, host HostInfo, progress func(done, total int)) ([]traces.SensitivityRow, error) {
+	info RunInfo, host HostInfo, progress func(done, total int)) ([]results.SensitivityRow, error) {
 	base, err := load()
 	if err != nil {
 		return nil, err
@@ -202,9 +202,9 @@ func RunSensitivity(ctx context.Context, load SweepLoader, as []Assumption, seed
 	if err != nil {
 		return nil, err
 	}
-	out := make([]traces.SensitivityRow, len(pts))
+	out := make([]results.SensitivityRow, len(pts))
 	for i, rs := range rows {
-		j := slices.IndexFunc(rs, func(r traces.SummaryRow) bool { return r.Policy == policy })
+		j := slices.IndexFunc(rs, func(r results.SummaryRow) bool { return r.Policy == policy })
 		if j < 0 {
 			return nil, fmt.Errorf("sensitivity point %s: the experiment has no policy labelled %q", pts[i].Name, policy)
 		}

@@ -16,8 +16,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/mosaic-sched/mosaic/internal/resultsdir"
-	"github.com/mosaic-sched/mosaic/traces"
+	"github.com/mosaic-sched/mosaic/results"
 )
 
 // Sweep is a grid of experiment variants: every combination of the values of its keys (the
@@ -196,7 +195,7 @@ func RunSweep(ctx context.Context, load SweepLoader, s Sweep, shard, shards int,
 	if err != nil {
 		return err
 	}
-	d, err := resultsdir.Open(dir, "")
+	d, err := results.Open(dir, "")
 	if err != nil {
 		return err
 	}
@@ -215,8 +214,8 @@ func RunSweep(ctx context.Context, load SweepLoader, s Sweep, shard, shards int,
 // RunPoints simulates experiment variants, several at a time, each into its own folder under
 // dir (named by the point), and returns their summary rows in point order.
 // It holds dir's lock meanwhile, and each point's.
-func RunPoints(ctx context.Context, load SweepLoader, pts []Point, dir string, info RunInfo, host HostInfo, progress func(done, total int)) ([][]traces.SummaryRow, error) {
-	d, err := resultsdir.Open(dir, "")
+func RunPoints(ctx context.Context, load SweepLoader, pts []Point, dir string, info RunInfo, host HostInfo, progress func(done, total int)) ([][]results.SummaryRow, error) {
+	d, err := results.Open(dir, "")
 	if err != nil {
 		return nil, err
 	}
@@ -225,8 +224,8 @@ func RunPoints(ctx context.Context, load SweepLoader, pts []Point, dir string, i
 }
 
 // runPoints is RunPoints under a lock its caller holds.
-func runPoints(ctx context.Context, load SweepLoader, pts []Point, dir string, info RunInfo, host HostInfo, progress func(done, total int)) ([][]traces.SummaryRow, error) {
-	rows := make([][]traces.SummaryRow, len(pts))
+func runPoints(ctx context.Context, load SweepLoader, pts []Point, dir string, info RunInfo, host HostInfo, progress func(done, total int)) ([][]results.SummaryRow, error) {
+	rows := make([][]results.SummaryRow, len(pts))
 	errs := make([]error, len(pts))
 	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))
 	var wg sync.WaitGroup
@@ -251,7 +250,7 @@ func runPoints(ctx context.Context, load SweepLoader, pts []Point, dir string, i
 	return rows, errors.Join(errs...)
 }
 
-func runPoint(ctx context.Context, load SweepLoader, p Point, dir string, info RunInfo, host HostInfo) ([]traces.SummaryRow, error) {
+func runPoint(ctx context.Context, load SweepLoader, p Point, dir string, info RunInfo, host HostInfo) ([]results.SummaryRow, error) {
 	e, err := load()
 	if err != nil {
 		return nil, err
@@ -277,15 +276,15 @@ func runPoint(ctx context.Context, load SweepLoader, p Point, dir string, info R
 
 // writeSweep writes the combined summary (swept keys first, named as given, "sweep."-prefixed
 // where a key is also a summary column such as seed; then the point's folder) and sweep.json.
-func writeSweep(dir string, si SweepInfo, rows [][]traces.SummaryRow) error {
+func writeSweep(dir string, si SweepInfo, rows [][]results.SummaryRow) error {
 	var header []string
 	for _, k := range si.Sweep.Keys {
-		if slices.Contains(traces.SummaryHeader, k) {
+		if slices.Contains(results.SummaryHeader, k) {
 			k = "sweep." + k // a key such as seed is also a summary column
 		}
 		header = append(header, k)
 	}
-	header = append(append(header, "point"), traces.SummaryHeader...)
+	header = append(append(header, "point"), results.SummaryHeader...)
 	var recs []sweepRow
 	for i, p := range si.Points {
 		for _, r := range rows[i] {
@@ -296,7 +295,7 @@ func writeSweep(dir string, si SweepInfo, rows [][]traces.SummaryRow) error {
 	if err != nil {
 		return err
 	}
-	if err := traces.WriteCSV(f, header, recs); err != nil {
+	if err := results.WriteCSV(f, header, recs); err != nil {
 		f.Close()
 		return err
 	}
@@ -312,7 +311,7 @@ func writeSweep(dir string, si SweepInfo, rows [][]traces.SummaryRow) error {
 
 type sweepRow struct {
 	point Point
-	row   traces.SummaryRow
+	row   results.SummaryRow
 }
 
 func (r sweepRow) Record() []string {
@@ -328,7 +327,7 @@ func (r sweepRow) Record() []string {
 // the same grid covering every point exactly once, copies the points' folders and writes the
 // combined summary.csv and sweep.json.
 func Merge(dirs []string, out string) error {
-	d, err := resultsdir.Open(out, "")
+	d, err := results.Open(out, "")
 	if err != nil {
 		return err
 	}
@@ -371,10 +370,10 @@ func Merge(dirs []string, out string) error {
 		return fmt.Errorf("merge: %d of the grid's %d points are missing: %s", len(missing), len(all), strings.Join(missing, ", "))
 	}
 	sort.Slice(points, func(i, j int) bool { return points[i].Index < points[j].Index })
-	rows := make([][]traces.SummaryRow, len(points))
+	rows := make([][]results.SummaryRow, len(points))
 	for i, p := range points {
 		src := filepath.Join(byIndex[p.Index], p.Name)
-		rs, err := traces.ReadSummaryCSV(filepath.Join(src, "summary.csv"))
+		rs, err := results.ReadSummaryCSV(filepath.Join(src, "summary.csv"))
 		if err != nil {
 			return err
 		}

@@ -9,7 +9,7 @@ import (
 	"math"
 	"slices"
 
-	"github.com/mosaic-sched/mosaic/traces"
+	"github.com/mosaic-sched/mosaic/results"
 )
 
 // Thread ids of the Chrome trace: worker w's own lane is (w+1)*tidStride; the lanes of the
@@ -43,8 +43,8 @@ type chromeEvent struct {
 //     nest. Tool steps, which take no worker, go to threads "tool steps" (tid 1, 2, ...).
 //
 // Timestamps (ts) and durations (dur) are integer microseconds from the start of the run.
-func WriteChromeTrace(w io.Writer, calls []traces.CallRow, workers []traces.WorkerRow) error {
-	policies := distinct(workers, func(r traces.WorkerRow) string { return r.Policy })
+func WriteChromeTrace(w io.Writer, calls []results.CallRow, workers []results.WorkerRow) error {
+	policies := distinct(workers, func(r results.WorkerRow) string { return r.Policy })
 	for _, c := range calls {
 		if !slices.Contains(policies, c.Policy) {
 			policies = append(policies, c.Policy)
@@ -88,7 +88,7 @@ func WriteChromeTrace(w io.Writer, calls []traces.CallRow, workers []traces.Work
 
 	// Calls, per (policy, worker) in start order, each to the first call lane free at its start.
 	sorted := slices.Clone(calls)
-	slices.SortStableFunc(sorted, func(a, b traces.CallRow) int {
+	slices.SortStableFunc(sorted, func(a, b results.CallRow) int {
 		return cmp.Or(cmp.Compare(pid(a.Policy), pid(b.Policy)), cmp.Compare(a.Worker, b.Worker),
 			cmp.Compare(micros(a.StartS), micros(b.StartS)))
 	})

@@ -12,18 +12,18 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/mosaic-sched/mosaic/traces"
+	"github.com/mosaic-sched/mosaic/results"
 )
 
 // Results is one results folder (see docs/experiments.md, "Results folder") read into memory.
 type Results struct {
 	Dir     string
-	Summary []traces.SummaryRow
+	Summary []results.SummaryRow
 	// Calls, Queries and Workers are nil when the folder has no calls.csv, queries.csv or
 	// workers.csv.
-	Calls   []traces.CallRow
-	Queries []traces.QueryRow
-	Workers []traces.WorkerRow
+	Calls   []results.CallRow
+	Queries []results.QueryRow
+	Workers []results.WorkerRow
 	// Rates are the arrival rates of the Summary rows of a sweep over workload.arrival_rate
 	// (nil otherwise).
 	Rates []float64
@@ -41,19 +41,19 @@ type Results struct {
 func Load(dir string) (Results, error) {
 	r := Results{Dir: dir}
 	var err error
-	if r.Summary, err = traces.ReadSummaryCSV(filepath.Join(dir, "summary.csv")); err != nil {
+	if r.Summary, err = results.ReadSummaryCSV(filepath.Join(dir, "summary.csv")); err != nil {
 		return r, fmt.Errorf("plots: loading %s: %w", dir, err)
 	}
 	if len(r.Summary) == 0 {
 		return r, fmt.Errorf("plots: loading %s: summary.csv has no rows", dir)
 	}
-	if r.Calls, err = traces.ReadCallsCSV(filepath.Join(dir, "calls.csv")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if r.Calls, err = results.ReadCallsCSV(filepath.Join(dir, "calls.csv")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return r, fmt.Errorf("plots: loading %s: %w", dir, err)
 	}
-	if r.Workers, err = traces.ReadWorkersCSV(filepath.Join(dir, "workers.csv")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if r.Workers, err = results.ReadWorkersCSV(filepath.Join(dir, "workers.csv")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return r, fmt.Errorf("plots: loading %s: %w", dir, err)
 	}
-	if r.Queries, err = traces.ReadQueriesCSV(filepath.Join(dir, "queries.csv")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if r.Queries, err = results.ReadQueriesCSV(filepath.Join(dir, "queries.csv")); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return r, fmt.Errorf("plots: loading %s: %w", dir, err)
 	}
 	if r.Rates, r.Points, err = readSweep(filepath.Join(dir, "summary.csv")); err != nil {
@@ -69,10 +69,10 @@ func Load(dir string) (Results, error) {
 // one, with "-replay" appended for a measured run, else the folder's base name.
 func (r Results) Label() string {
 	label := filepath.Base(filepath.Clean(r.Dir))
-	if exps := distinct(r.Summary, func(s traces.SummaryRow) string { return s.Experiment }); len(exps) == 1 && exps[0] != "" {
+	if exps := distinct(r.Summary, func(s results.SummaryRow) string { return s.Experiment }); len(exps) == 1 && exps[0] != "" {
 		label = exps[0]
 	}
-	if modes := distinct(r.Summary, func(s traces.SummaryRow) string { return s.Mode }); len(modes) == 1 && modes[0] == "replay" {
+	if modes := distinct(r.Summary, func(s results.SummaryRow) string { return s.Mode }); len(modes) == 1 && modes[0] == "replay" {
 		label += "-replay"
 	}
 	return label
@@ -148,7 +148,7 @@ func (g Group) String() string {
 }
 
 // groupOf is a row's experiment and mode.
-func groupOf(r traces.SummaryRow) Group { return Group{Experiment: r.Experiment, Mode: r.Mode} }
+func groupOf(r results.SummaryRow) Group { return Group{Experiment: r.Experiment, Mode: r.Mode} }
 
 // Stages of the speedup figure, in the order of SpeedupTable.Cells.
 const (
@@ -176,7 +176,7 @@ type SpeedupTable struct {
 // SpeedupData tabulates the per-stage speedups of summary rows by (experiment, mode, sweep
 // point) and policy: only the seeds of one point are pooled. points[i] is rows[i]'s sweep
 // point (Results.Points); nil when no row comes from a sweep.
-func SpeedupData(rows []traces.SummaryRow, points []string) SpeedupTable {
+func SpeedupData(rows []results.SummaryRow, points []string) SpeedupTable {
 	var t SpeedupTable
 	group := func(i int) Group {
 		g := groupOf(rows[i])
@@ -190,7 +190,7 @@ func SpeedupData(rows []traces.SummaryRow, points []string) SpeedupTable {
 		idx[i] = i
 	}
 	t.Groups = distinct(idx, group)
-	t.Policies = distinct(rows, func(r traces.SummaryRow) string { return r.Policy })
+	t.Policies = distinct(rows, func(r results.SummaryRow) string { return r.Policy })
 	for i, g := range t.Groups {
 		first := ""
 		for j, r := range rows {
@@ -243,14 +243,14 @@ type TimelinePolicy struct {
 // TimelineLane is one worker's intervals in time order and the seconds it spent in each kind.
 type TimelineLane struct {
 	Worker           int
-	Intervals        []traces.WorkerRow
+	Intervals        []results.WorkerRow
 	Busy, Load, Idle float64
 }
 
 // TimelineData groups worker intervals by policy and worker.
-func TimelineData(rows []traces.WorkerRow) Timeline {
+func TimelineData(rows []results.WorkerRow) Timeline {
 	var t Timeline
-	for _, p := range distinct(rows, func(r traces.WorkerRow) string { return r.Policy }) {
+	for _, p := range distinct(rows, func(r results.WorkerRow) string { return r.Policy }) {
 		tp := TimelinePolicy{Policy: p}
 		lanes := map[int]*TimelineLane{}
 		for _, r := range rows {
@@ -275,7 +275,7 @@ func TimelineData(rows []traces.WorkerRow) Timeline {
 			tp.End = math.Max(tp.End, r.EndS)
 		}
 		for _, l := range lanes {
-			slices.SortStableFunc(l.Intervals, func(a, b traces.WorkerRow) int { return cmp.Compare(a.StartS, b.StartS) })
+			slices.SortStableFunc(l.Intervals, func(a, b results.WorkerRow) int { return cmp.Compare(a.StartS, b.StartS) })
 			tp.Lanes = append(tp.Lanes, *l)
 		}
 		slices.SortFunc(tp.Lanes, func(a, b TimelineLane) int { return cmp.Compare(a.Worker, b.Worker) })
@@ -323,7 +323,7 @@ type LengthCDF struct {
 // ordered by model, then layer, then role. Tool steps have no output and are left out. Every call of the workload counts once: the rows of the several
 // policies of a run name the same calls, so a (query, call) pair is taken from its first row.
 // Calls with no output tokens are dropped, because the figure's axis is logarithmic.
-func OutputLengthData(calls []traces.CallRow) []LengthCDF {
+func OutputLengthData(calls []results.CallRow) []LengthCDF {
 	type key struct {
 		model, role string
 		layer       int
@@ -362,7 +362,7 @@ type Demand struct {
 
 // DemandData counts the first-layer calls (a MoA query's experts) per model. Every call of the
 // workload counts once (see OutputLengthData).
-func DemandData(calls []traces.CallRow) Demand {
+func DemandData(calls []results.CallRow) Demand {
 	counts := map[string]int{}
 	for _, c := range uniqueCalls(calls) {
 		if c.Layer == 0 && c.Model != "" {
@@ -399,8 +399,8 @@ type TradeoffSeries struct {
 // of the rows whose policy belongs to family (its name, or its name followed by "+" or "-",
 // as in "mosaic-t2/3"); an empty family takes every row. Rows with a NaN threshold or no
 // queries are left out.
-func TradeoffData(rows []traces.SummaryRow, family string) []TradeoffSeries {
-	var kept []traces.SummaryRow
+func TradeoffData(rows []results.SummaryRow, family string) []TradeoffSeries {
+	var kept []results.SummaryRow
 	for _, r := range rows {
 		if InFamily(r.Policy, family) && !math.IsNaN(r.Threshold) && r.Queries > 0 {
 			kept = append(kept, r)
@@ -524,7 +524,7 @@ type SimVsReplayPair struct {
 // setup the key's replay rows were measured on. setups[i] is the setup of rows[i]'s folder
 // (Results.Setup); nil, or shorter than rows, leaves the rest unknown. Rows whose status is
 // failed count in the pair's Failed or SimFailed and are left out of its figures.
-func SimVsReplayData(rows []traces.SummaryRow, setups []Setup) []SimVsReplayPair {
+func SimVsReplayData(rows []results.SummaryRow, setups []Setup) []SimVsReplayPair {
 	type key struct{ exp, policy string }
 	setupOf := func(i int) Setup {
 		if i < len(setups) {
@@ -540,7 +540,7 @@ func SimVsReplayData(rows []traces.SummaryRow, setups []Setup) []SimVsReplayPair
 		}
 	}
 	var out []SimVsReplayPair
-	for _, k := range distinct(rows, func(r traces.SummaryRow) key { return key{r.Experiment, r.Policy} }) {
+	for _, k := range distinct(rows, func(r results.SummaryRow) key { return key{r.Experiment, r.Policy} }) {
 		var sim, simSpeedup []float64
 		simFailed := 0
 		var replayIdx []int
@@ -549,7 +549,7 @@ func SimVsReplayData(rows []traces.SummaryRow, setups []Setup) []SimVsReplayPair
 				continue
 			}
 			switch {
-			case r.Mode == "sim" && r.Status == traces.StatusFailed:
+			case r.Mode == "sim" && r.Status == results.StatusFailed:
 				simFailed++
 			case r.Mode == "sim":
 				sim = append(sim, r.E2ES)
@@ -570,12 +570,12 @@ func SimVsReplayData(rows []traces.SummaryRow, setups []Setup) []SimVsReplayPair
 				r := rows[i]
 				switch {
 				case setupOf(i) != s:
-				case r.Status == traces.StatusFailed:
+				case r.Status == results.StatusFailed:
 					p.Failed++
 				default:
 					replay = append(replay, r.E2ES)
 					replaySpeedup = append(replaySpeedup, r.SpeedupE2E)
-					if r.Status == traces.StatusPartial {
+					if r.Status == results.StatusPartial {
 						p.Partial++
 					}
 				}
@@ -595,10 +595,10 @@ func SimVsReplayData(rows []traces.SummaryRow, setups []Setup) []SimVsReplayPair
 }
 
 // uniqueCalls returns the first row of every (query, call) pair.
-func uniqueCalls(calls []traces.CallRow) []traces.CallRow {
+func uniqueCalls(calls []results.CallRow) []results.CallRow {
 	type key struct{ query, call int }
 	seen := map[key]bool{}
-	var out []traces.CallRow
+	var out []results.CallRow
 	for _, c := range calls {
 		k := key{c.Query, c.Call}
 		if !seen[k] {

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mosaic-sched/mosaic/plots"
-	"github.com/mosaic-sched/mosaic/traces"
+	"github.com/mosaic-sched/mosaic/results"
 )
 
 func TestSpeedupData(t *testing.T) {
@@ -44,20 +44,20 @@ func statMap(s plots.Stat) map[string]float64 {
 }
 
 func TestSpeedupDataBaselineDisagrees(t *testing.T) {
-	rows := []traces.SummaryRow{{Experiment: "a", Mode: "sim", Policy: "rr"}, {Experiment: "b", Mode: "sim", Policy: "dp"}}
+	rows := []results.SummaryRow{{Experiment: "a", Mode: "sim", Policy: "rr"}, {Experiment: "b", Mode: "sim", Policy: "dp"}}
 	assert.Empty(t, plots.SpeedupData(rows, nil).Baseline)
 }
 
 // Rows of two sweep points are never pooled: only each point's seeds are.
 func TestSpeedupDataKeepsSweepPointsApart(t *testing.T) {
-	var rows []traces.SummaryRow
+	var rows []results.SummaryRow
 	var points []string
 	for _, pt := range []struct {
 		point   string
 		speedup float64
 	}{{"arrival_rate=1", 1.2}, {"arrival_rate=1", 1.4}, {"arrival_rate=4", 2.0}, {"arrival_rate=4", 2.2}} {
-		rows = append(rows, traces.SummaryRow{Experiment: "e", Mode: "sim", Policy: "rr", SpeedupE2E: 1},
-			traces.SummaryRow{Experiment: "e", Mode: "sim", Policy: "mosaic", SpeedupE2E: pt.speedup})
+		rows = append(rows, results.SummaryRow{Experiment: "e", Mode: "sim", Policy: "rr", SpeedupE2E: 1},
+			results.SummaryRow{Experiment: "e", Mode: "sim", Policy: "mosaic", SpeedupE2E: pt.speedup})
 		points = append(points, pt.point, pt.point)
 	}
 	got := plots.SpeedupData(rows, points)
@@ -225,7 +225,7 @@ func TestSimVsReplayData(t *testing.T) {
 	assert.Equal(t, plots.Stat{Mean: 2.5, Min: 2.5, Max: 2.5, N: 1}, got[1].ReplaySpeedup)
 	assert.InDelta(t, 0.25, got[1].SpeedupDiff, 1e-12, "measured less simulated")
 
-	var simOnly []traces.SummaryRow
+	var simOnly []results.SummaryRow
 	for _, r := range summary {
 		if r.Mode == "sim" {
 			simOnly = append(simOnly, r)
@@ -239,8 +239,8 @@ func TestSimVsReplayData(t *testing.T) {
 func TestSimVsReplayDataStatus(t *testing.T) {
 	sim, seed1, seed2 := replayFixtureRows()
 	failedSim := sim[2]
-	failedSim.Seed, failedSim.Status, failedSim.E2ES, failedSim.SpeedupE2E = 3, traces.StatusFailed, 10, math.NaN()
-	rows := slices.Concat(sim, []traces.SummaryRow{failedSim}, seed1, seed2)
+	failedSim.Seed, failedSim.Status, failedSim.E2ES, failedSim.SpeedupE2E = 3, results.StatusFailed, 10, math.NaN()
+	rows := slices.Concat(sim, []results.SummaryRow{failedSim}, seed1, seed2)
 	got := plots.SimVsReplayData(rows, nil)
 	require.Len(t, got, 3)
 	byPolicy := map[string]plots.SimVsReplayPair{}
@@ -308,7 +308,7 @@ func TestSimVsReplayDataSetups(t *testing.T) {
 // The speedups of each mode are over that mode's first policy.
 func TestSimVsReplayDataBaselines(t *testing.T) {
 	sim, seed1, _ := replayFixtureRows()
-	replay := []traces.SummaryRow{seed1[1], seed1[0]}
+	replay := []results.SummaryRow{seed1[1], seed1[0]}
 	got := plots.SimVsReplayData(slices.Concat(sim, replay), nil)
 	require.NotEmpty(t, got)
 	assert.Equal(t, "rr", got[0].SimBaseline)
@@ -359,15 +359,15 @@ func TestLoadSetup(t *testing.T) {
 }
 
 func TestResultsLabel(t *testing.T) {
-	row := func(exp, mode string) traces.SummaryRow { return traces.SummaryRow{Experiment: exp, Mode: mode} }
+	row := func(exp, mode string) results.SummaryRow { return results.SummaryRow{Experiment: exp, Mode: mode} }
 	tests := []struct {
 		name    string
-		summary []traces.SummaryRow
+		summary []results.SummaryRow
 		want    string
 	}{
-		{"one experiment", []traces.SummaryRow{row("mmlu", "sim"), row("mmlu", "sim")}, "mmlu"},
-		{"replayed", []traces.SummaryRow{row("mmlu", "replay")}, "mmlu-replay"},
-		{"several experiments", []traces.SummaryRow{row("a", "sim"), row("b", "sim")}, "out"},
+		{"one experiment", []results.SummaryRow{row("mmlu", "sim"), row("mmlu", "sim")}, "mmlu"},
+		{"replayed", []results.SummaryRow{row("mmlu", "replay")}, "mmlu-replay"},
+		{"several experiments", []results.SummaryRow{row("a", "sim"), row("b", "sim")}, "out"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -383,11 +383,11 @@ func TestNewStatSkipsNonFinite(t *testing.T) {
 }
 
 func TestLatencyCDFData(t *testing.T) {
-	q := func(policy string, arrival, latency float64) traces.QueryRow {
-		return traces.QueryRow{Policy: policy, ArrivalS: arrival, LatencyS: latency, EndS: arrival + latency}
+	q := func(policy string, arrival, latency float64) results.QueryRow {
+		return results.QueryRow{Policy: policy, ArrivalS: arrival, LatencyS: latency, EndS: arrival + latency}
 	}
-	assert.Nil(t, plots.LatencyCDFData([]traces.QueryRow{q("a", 0, 5), q("a", 0, 7)}), "an offline batch has no latency figure")
-	got := plots.LatencyCDFData([]traces.QueryRow{q("b", 1, 10), q("a", 0, 4), q("b", 2, 30), q("a", 3, 2), q("b", 3, 20)})
+	assert.Nil(t, plots.LatencyCDFData([]results.QueryRow{q("a", 0, 5), q("a", 0, 7)}), "an offline batch has no latency figure")
+	got := plots.LatencyCDFData([]results.QueryRow{q("b", 1, 10), q("a", 0, 4), q("b", 2, 30), q("a", 3, 2), q("b", 3, 20)})
 	require.Len(t, got, 2)
 	assert.Equal(t, "b", got[0].Policy, "policies in order of appearance")
 	assert.Equal(t, []float64{10, 20, 30}, got[0].X)
@@ -397,10 +397,10 @@ func TestLatencyCDFData(t *testing.T) {
 }
 
 func TestLoadData(t *testing.T) {
-	row := func(policy string, p50, p99, slo float64) traces.SummaryRow {
-		return traces.SummaryRow{Experiment: "e", Mode: "sim", Policy: policy, MedianE2ELS: p50, P99E2ELS: p99, SLOAttainment: slo}
+	row := func(policy string, p50, p99, slo float64) results.SummaryRow {
+		return results.SummaryRow{Experiment: "e", Mode: "sim", Policy: policy, MedianE2ELS: p50, P99E2ELS: p99, SLOAttainment: slo}
 	}
-	rows := []traces.SummaryRow{row("x", 1, 2, 1), row("y", 5, 9, math.NaN()), row("x", 3, 6, 0.5), row("x", 5, 8, 0.7), row("x", 9, 9, 0.9)}
+	rows := []results.SummaryRow{row("x", 1, 2, 1), row("y", 5, 9, math.NaN()), row("x", 3, 6, 0.5), row("x", 5, 8, 0.7), row("x", 9, 9, 0.9)}
 	rates := []float64{0.5, 0.5, 2, 2, 0}
 	got := plots.LoadData(rows, rates)
 	require.Len(t, got, 1, "y has one rate only; the offline row is left out")

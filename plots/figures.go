@@ -9,13 +9,12 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mosaic-sched/mosaic/results"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-
-	"github.com/mosaic-sched/mosaic/traces"
 )
 
 // Each figure function turns prepared data into a canvasFigure, or returns the reason it has
@@ -259,7 +258,7 @@ func speedupFigure(t SpeedupTable, opt Options) (*canvasFigure, string) {
 
 // ---- 2. GPU timeline ---------------------------------------------------------------------
 
-func timelineFigure(tl Timeline, summary []traces.SummaryRow, colours map[string]color.Color, opt Options) (*canvasFigure, string) {
+func timelineFigure(tl Timeline, summary []results.SummaryRow, colours map[string]color.Color, opt Options) (*canvasFigure, string) {
 	if len(tl.Policies) == 0 {
 		return nil, "no workers.csv rows"
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mosaic-sched/mosaic/plots"
+	"github.com/mosaic-sched/mosaic/results"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -21,8 +22,8 @@ import (
 // experiment exp-b simulated once. calls.csv and workers.csv hold exp-a's seed-1 run of rr
 // and mosaic on two workers: four queries, two experts each from models A and B, aggregator C.
 
-func summaryRow(exp, mode, policy string, seed uint64, threshold, skipped float64, speedups [3]float64, e2e, acc float64) traces.SummaryRow {
-	return traces.SummaryRow{Experiment: exp, Mode: mode, Policy: policy, Seed: seed, Rule: "rule", Threshold: threshold,
+func summaryRow(exp, mode, policy string, seed uint64, threshold, skipped float64, speedups [3]float64, e2e, acc float64) results.SummaryRow {
+	return results.SummaryRow{Experiment: exp, Mode: mode, Policy: policy, Seed: seed, Rule: "rule", Threshold: threshold,
 		Queries: 4, ExpertCalls: 8, AggregatorCalls: 4 - int(skipped), AggregatorSkipped: int(skipped),
 		ExpertStageS: e2e * 0.75, AggregatorStageS: e2e * 0.25, E2ES: e2e,
 		SpeedupExpert: speedups[0], SpeedupAggregator: speedups[1], SpeedupE2E: speedups[2],
@@ -31,8 +32,8 @@ func summaryRow(exp, mode, policy string, seed uint64, threshold, skipped float6
 
 var inf = math.Inf(1)
 
-func fixtureSummary() []traces.SummaryRow {
-	return []traces.SummaryRow{
+func fixtureSummary() []results.SummaryRow {
+	return []results.SummaryRow{
 		summaryRow("exp-a", "sim", "rr", 1, inf, 0, [3]float64{1, 1, 1}, 100, 0.75),
 		summaryRow("exp-a", "sim", "mosaic", 1, 1, 2, [3]float64{2, 3, 2.5}, 40, 0.5),
 		summaryRow("exp-a", "sim", "rr", 2, inf, 0, [3]float64{1, 1, 1}, 120, 0.75),
@@ -45,18 +46,18 @@ func fixtureSummary() []traces.SummaryRow {
 	}
 }
 
-func call(policy string, query, id int, layer int, model string, worker, out int, start, end float64) traces.CallRow {
+func call(policy string, query, id int, layer int, model string, worker, out int, start, end float64) results.CallRow {
 	role := traces.RoleExpert
 	if layer > 0 {
 		role = traces.RoleAggregator
 	}
-	return traces.CallRow{Policy: policy, Query: query, Call: id, Role: role, Layer: layer, Model: model, Worker: worker,
+	return results.CallRow{Policy: policy, Query: query, Call: id, Role: role, Layer: layer, Model: model, Worker: worker,
 		InputTokens: 100, OutputTokens: out, ReadyS: 0, StartS: start, FirstTokenS: start + 0.5, EndS: end, Status: "done"}
 }
 
-func fixtureCalls() []traces.CallRow {
+func fixtureCalls() []results.CallRow {
 	e, a := 0, 1
-	return []traces.CallRow{
+	return []results.CallRow{
 		// rr: A on worker 0, B on worker 1, then C on worker 1.
 		call("rr", 0, 0, e, "A", 0, 10, 10, 20),
 		call("rr", 0, 1, e, "A", 0, 100, 10, 40),
@@ -84,8 +85,8 @@ func fixtureCalls() []traces.CallRow {
 	}
 }
 
-func fixtureWorkers() []traces.WorkerRow {
-	return []traces.WorkerRow{
+func fixtureWorkers() []results.WorkerRow {
+	return []results.WorkerRow{
 		{Policy: "rr", Worker: 0, Kind: "load", Model: "A", StartS: 0, EndS: 10},
 		{Policy: "rr", Worker: 0, Kind: "busy", Model: "A", StartS: 10, EndS: 50, MeanBatch: 3},
 		{Policy: "rr", Worker: 0, Kind: "idle", StartS: 50, EndS: 100},
@@ -107,11 +108,11 @@ func fixtureWorkers() []traces.WorkerRow {
 	}
 }
 
-func writeCSV[R traces.Recorder](t *testing.T, path string, header []string, rows []R) {
+func writeCSV[R results.Recorder](t *testing.T, path string, header []string, rows []R) {
 	t.Helper()
 	f, err := os.Create(path)
 	require.NoError(t, err)
-	require.NoError(t, traces.WriteCSV(f, header, rows))
+	require.NoError(t, results.WriteCSV(f, header, rows))
 	require.NoError(t, f.Close())
 }
 
@@ -121,9 +122,9 @@ func fixtureDir(t *testing.T) string {
 	dir := filepath.Join(t.TempDir(), "results")
 	require.NoError(t, os.Mkdir(dir, 0o755))
 	writeSweepSummary(t, filepath.Join(dir, "summary.csv"), fixtureSummary(), fixtureRates)
-	writeCSV(t, filepath.Join(dir, "calls.csv"), traces.CallHeader, fixtureCalls())
-	writeCSV(t, filepath.Join(dir, "queries.csv"), traces.QueryHeader, fixtureQueries())
-	writeCSV(t, filepath.Join(dir, "workers.csv"), traces.WorkerHeader, fixtureWorkers())
+	writeCSV(t, filepath.Join(dir, "calls.csv"), results.CallHeader, fixtureCalls())
+	writeCSV(t, filepath.Join(dir, "queries.csv"), results.QueryHeader, fixtureQueries())
+	writeCSV(t, filepath.Join(dir, "workers.csv"), results.WorkerHeader, fixtureWorkers())
 	return dir
 }
 
@@ -132,12 +133,12 @@ func fixtureDir(t *testing.T) string {
 var fixtureRates = []float64{0.5, 0.5, 1, 1, 0.5, 0.5, 1, 0.5, 1}
 
 // writeSweepSummary writes summary rows behind a column of arrival rates.
-func writeSweepSummary(t *testing.T, path string, rows []traces.SummaryRow, rates []float64) {
+func writeSweepSummary(t *testing.T, path string, rows []results.SummaryRow, rates []float64) {
 	t.Helper()
 	f, err := os.Create(path)
 	require.NoError(t, err)
 	w := csv.NewWriter(f)
-	require.NoError(t, w.Write(append([]string{plots.RateColumn}, traces.SummaryHeader...)))
+	require.NoError(t, w.Write(append([]string{plots.RateColumn}, results.SummaryHeader...)))
 	for i, r := range rows {
 		require.NoError(t, w.Write(append([]string{strconv.FormatFloat(rates[i], 'g', -1, 64)}, r.Record()...)))
 	}
@@ -147,12 +148,12 @@ func writeSweepSummary(t *testing.T, path string, rows []traces.SummaryRow, rate
 }
 
 // fixtureQueries are two policies' queries of an online run.
-func fixtureQueries() []traces.QueryRow {
-	var out []traces.QueryRow
+func fixtureQueries() []results.QueryRow {
+	var out []results.QueryRow
 	for pi, p := range []string{"rr", "mosaic"} {
 		for q := range 4 {
 			arrival, latency := float64(5*q), float64(20*(q+1)/(pi+1))
-			out = append(out, traces.QueryRow{Policy: p, Query: q, ArrivalS: arrival, FirstTokenS: arrival + latency/2, EndS: arrival + latency,
+			out = append(out, results.QueryRow{Policy: p, Query: q, ArrivalS: arrival, FirstTokenS: arrival + latency/2, EndS: arrival + latency,
 				LatencyS: latency, TTFTS: latency / 2, Calls: 3, Answer: "A", Gold: "A", Correct: 1, SLOMet: -1})
 		}
 	}
@@ -160,14 +161,14 @@ func fixtureQueries() []traces.QueryRow {
 }
 
 // loadFixture writes the fixture and reads it back, so that tests see the CSV values.
-func loadFixture(t *testing.T) (summary []traces.SummaryRow, calls []traces.CallRow, workers []traces.WorkerRow) {
+func loadFixture(t *testing.T) (summary []results.SummaryRow, calls []results.CallRow, workers []results.WorkerRow) {
 	t.Helper()
 	dir := fixtureDir(t)
-	summary, err := traces.ReadSummaryCSV(filepath.Join(dir, "summary.csv"))
+	summary, err := results.ReadSummaryCSV(filepath.Join(dir, "summary.csv"))
 	require.NoError(t, err)
-	calls, err = traces.ReadCallsCSV(filepath.Join(dir, "calls.csv"))
+	calls, err = results.ReadCallsCSV(filepath.Join(dir, "calls.csv"))
 	require.NoError(t, err)
-	workers, err = traces.ReadWorkersCSV(filepath.Join(dir, "workers.csv"))
+	workers, err = results.ReadWorkersCSV(filepath.Join(dir, "workers.csv"))
 	require.NoError(t, err)
 	return summary, calls, workers
 }
@@ -181,16 +182,16 @@ func loadFixture(t *testing.T) (summary []traces.SummaryRow, calls []traces.Call
 // replaySetup is what the replay fixture's run.json names.
 var replaySetup = plots.Setup{Engine: "mosaic emulate dev", Hardware: "2 x A100-80GB"}
 
-func replayFixtureRows() (sim, seed1, seed2 []traces.SummaryRow) {
+func replayFixtureRows() (sim, seed1, seed2 []results.SummaryRow) {
 	nan := math.NaN()
-	with := func(r traces.SummaryRow, status string) traces.SummaryRow {
+	with := func(r results.SummaryRow, status string) results.SummaryRow {
 		r.Status = status
-		if status == traces.StatusFailed {
+		if status == results.StatusFailed {
 			r.SpeedupExpert, r.SpeedupAggregator, r.SpeedupE2E, r.Accuracy = nan, nan, nan, nan
 		}
 		return r
 	}
-	sim = []traces.SummaryRow{
+	sim = []results.SummaryRow{
 		summaryRow("exp-r", "sim", "rr", 1, inf, 0, [3]float64{1, 1, 1}, 100, 0.75),
 		summaryRow("exp-r", "sim", "mosaic", 1, 1, 2, [3]float64{2, 3, 2.5}, 40, 0.5),
 		summaryRow("exp-r", "sim", "dp", 1, inf, 0, [3]float64{1.2, 1, 1.25}, 80, 0.75),
@@ -198,15 +199,15 @@ func replayFixtureRows() (sim, seed1, seed2 []traces.SummaryRow) {
 		summaryRow("exp-r", "sim", "mosaic", 2, 1, 1, [3]float64{1.5, 2, 2}, 60, 0.75),
 		summaryRow("exp-r", "sim", "dp", 2, inf, 0, [3]float64{1.2, 1, 1.2}, 100, 0.75),
 	}
-	seed1 = []traces.SummaryRow{
-		with(summaryRow("exp-r", "replay", "rr", 1, inf, 0, [3]float64{1, 1, 1}, 110, 0.75), traces.StatusOK),
-		with(summaryRow("exp-r", "replay", "mosaic", 1, 1, 2, [3]float64{1.8, 2.5, 2.2}, 50, 0.5), traces.StatusOK),
-		with(summaryRow("exp-r", "replay", "dp", 1, inf, 0, [3]float64{}, 30, 0.75), traces.StatusFailed),
+	seed1 = []results.SummaryRow{
+		with(summaryRow("exp-r", "replay", "rr", 1, inf, 0, [3]float64{1, 1, 1}, 110, 0.75), results.StatusOK),
+		with(summaryRow("exp-r", "replay", "mosaic", 1, 1, 2, [3]float64{1.8, 2.5, 2.2}, 50, 0.5), results.StatusOK),
+		with(summaryRow("exp-r", "replay", "dp", 1, inf, 0, [3]float64{}, 30, 0.75), results.StatusFailed),
 	}
-	seed2 = []traces.SummaryRow{
-		with(summaryRow("exp-r", "replay", "rr", 2, inf, 0, [3]float64{1, 1, 1}, 100, 0.75), traces.StatusPartial),
-		with(summaryRow("exp-r", "replay", "mosaic", 2, 1, 1, [3]float64{1.5, 2, 1.6}, 62.5, 0.75), traces.StatusPartial),
-		with(summaryRow("exp-r", "replay", "dp", 2, inf, 0, [3]float64{1.1, 1, 1.25}, 80, 0.75), traces.StatusPartial),
+	seed2 = []results.SummaryRow{
+		with(summaryRow("exp-r", "replay", "rr", 2, inf, 0, [3]float64{1, 1, 1}, 100, 0.75), results.StatusPartial),
+		with(summaryRow("exp-r", "replay", "mosaic", 2, 1, 1, [3]float64{1.5, 2, 1.6}, 62.5, 0.75), results.StatusPartial),
+		with(summaryRow("exp-r", "replay", "dp", 2, inf, 0, [3]float64{1.1, 1, 1.25}, 80, 0.75), results.StatusPartial),
 	}
 	return sim, seed1, seed2
 }
@@ -231,11 +232,11 @@ func replayRunJSON(seed int, setup plots.Setup) string {
 
 // resultsDir writes a results folder named name holding summary rows and, unless runJSON is
 // empty, a run.json; it returns the folder's path.
-func resultsDir(t *testing.T, name string, rows []traces.SummaryRow, runJSON string) string {
+func resultsDir(t *testing.T, name string, rows []results.SummaryRow, runJSON string) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
 	require.NoError(t, os.Mkdir(dir, 0o755))
-	writeCSV(t, filepath.Join(dir, "summary.csv"), traces.SummaryHeader, rows)
+	writeCSV(t, filepath.Join(dir, "summary.csv"), results.SummaryHeader, rows)
 	if runJSON != "" {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "run.json"), []byte(runJSON), 0o644))
 	}

@@ -12,12 +12,11 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mosaic-sched/mosaic/results"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-
-	"github.com/mosaic-sched/mosaic/traces"
 )
 
 // RateColumn is the summary.csv column of a sweep over the arrival rate (see experiments.RunSweep).
@@ -88,13 +87,13 @@ type LatencyCDF struct {
 
 // LatencyCDFData returns each policy's latency CDF from queries.csv rows, in the order the
 // policies first appear; nil unless some query arrived after time 0 (an online run).
-func LatencyCDFData(queries []traces.QueryRow) []LatencyCDF {
-	online := slices.ContainsFunc(queries, func(q traces.QueryRow) bool { return q.ArrivalS > 0 })
+func LatencyCDFData(queries []results.QueryRow) []LatencyCDF {
+	online := slices.ContainsFunc(queries, func(q results.QueryRow) bool { return q.ArrivalS > 0 })
 	if !online {
 		return nil
 	}
 	var out []LatencyCDF
-	for _, p := range distinct(queries, func(q traces.QueryRow) string { return q.Policy }) {
+	for _, p := range distinct(queries, func(q results.QueryRow) string { return q.Policy }) {
 		var v []float64
 		for _, q := range queries {
 			if q.Policy == p {
@@ -122,20 +121,20 @@ type LoadSeries struct {
 
 // LoadData groups summary rows with their arrival rates (rates[i] for rows[i]) into one
 // series per experiment, mode and policy; rows of an offline batch (rate 0) are left out.
-func LoadData(rows []traces.SummaryRow, rates []float64) []LoadSeries {
+func LoadData(rows []results.SummaryRow, rates []float64) []LoadSeries {
 	type key struct {
 		g      Group
 		policy string
 	}
 	var keys []key
-	points := map[key]map[float64][]traces.SummaryRow{}
+	points := map[key]map[float64][]results.SummaryRow{}
 	for i, r := range rows {
 		if i >= len(rates) || rates[i] <= 0 {
 			continue
 		}
 		k := key{groupOf(r), r.Policy}
 		if points[k] == nil {
-			points[k] = map[float64][]traces.SummaryRow{}
+			points[k] = map[float64][]results.SummaryRow{}
 			keys = append(keys, k)
 		}
 		points[k][rates[i]] = append(points[k][rates[i]], r)

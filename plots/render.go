@@ -9,14 +9,13 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/mosaic-sched/mosaic/results"
 	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 	"gonum.org/v1/plot/vg/vgpdf"
 	"gonum.org/v1/plot/vg/vgsvg"
-
-	"github.com/mosaic-sched/mosaic/traces"
 )
 
 // Options configure Render. The zero value draws one-column figures as 300-DPI PNG and PDF
@@ -110,11 +109,11 @@ func Render(dirs []string, outDir string, opt Options) ([]Figure, error) {
 		return nil, errors.New("plots: no results folders to plot")
 	}
 	var all []Results
-	var summary, swept []traces.SummaryRow
+	var summary, swept []results.SummaryRow
 	var points []string // summary's sweep points; "" for rows from no sweep
 	var setups []Setup  // the setups of summary's folders
 	var rates []float64
-	var sens []traces.SensitivityRow
+	var sens []results.SensitivityRow
 	for _, d := range dirs {
 		rows, ok, err := loadSensitivity(d)
 		if err != nil {
@@ -219,7 +218,7 @@ func Render(dirs []string, outDir string, opt Options) ([]Figure, error) {
 	return figs, nil
 }
 
-func writeChromeTraceFile(path string, calls []traces.CallRow, workers []traces.WorkerRow) error {
+func writeChromeTraceFile(path string, calls []results.CallRow, workers []results.WorkerRow) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return fmt.Errorf("plots: %w", err)

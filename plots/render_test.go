@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mosaic-sched/mosaic/plots"
-	"github.com/mosaic-sched/mosaic/traces"
+	"github.com/mosaic-sched/mosaic/results"
 )
 
 // checkPNG decodes a PNG and checks its width and that it is not a single colour.
@@ -144,13 +144,13 @@ func TestRenderSeveralFolders(t *testing.T) {
 func TestRenderSkipsFiguresWithoutData(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "sim-only")
 	require.NoError(t, os.Mkdir(dir, 0o755))
-	var simOnly []traces.SummaryRow
+	var simOnly []results.SummaryRow
 	for _, r := range fixtureSummary() {
 		if r.Mode == "sim" {
 			simOnly = append(simOnly, r)
 		}
 	}
-	writeCSV(t, filepath.Join(dir, "summary.csv"), traces.SummaryHeader, simOnly)
+	writeCSV(t, filepath.Join(dir, "summary.csv"), results.SummaryHeader, simOnly)
 	// No calls.csv or workers.csv.
 	out := t.TempDir()
 	figs, err := plots.Render([]string{dir}, out, plots.Options{Formats: []string{"png"}})
@@ -293,11 +293,11 @@ func TestRenderSpeedupBySweepPoint(t *testing.T) {
 	f, err := os.Create(filepath.Join(dir, "summary.csv"))
 	require.NoError(t, err)
 	w := csv.NewWriter(f)
-	require.NoError(t, w.Write(append([]string{plots.RateColumn, "sweep.seed", "point"}, traces.SummaryHeader...)))
+	require.NoError(t, w.Write(append([]string{plots.RateColumn, "sweep.seed", "point"}, results.SummaryHeader...)))
 	for _, rate := range []string{"0.5", "2"} {
 		for seed := range 3 {
 			for pi, p := range []string{"rr", "mosaic"} {
-				r := traces.SummaryRow{Experiment: "exp", Mode: "sim", Policy: p, Seed: uint64(seed + 1),
+				r := results.SummaryRow{Experiment: "exp", Mode: "sim", Policy: p, Seed: uint64(seed + 1),
 					SpeedupExpert: 1, SpeedupAggregator: 1, SpeedupE2E: 1 + float64(pi)*(1+float64(seed)/10), E2ES: 10}
 				point := fmt.Sprintf("%04d_workload.arrival_rate=%s,seed=%d", seed, rate, seed+1)
 				require.NoError(t, w.Write(append([]string{rate, strconv.Itoa(seed + 1), point}, r.Record()...)))

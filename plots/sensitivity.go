@@ -9,11 +9,10 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/mosaic-sched/mosaic/results"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-
-	"github.com/mosaic-sched/mosaic/traces"
 )
 
 // TornadoBar is one assumption of a sensitivity analysis: the mean end-to-end speedup over the
@@ -42,11 +41,11 @@ type Tornado struct {
 
 // TornadoData averages sensitivity rows over their seeds, per experiment (in the order they
 // first appear) and assumption.
-func TornadoData(rows []traces.SensitivityRow) []Tornado {
+func TornadoData(rows []results.SensitivityRow) []Tornado {
 	var out []Tornado
-	for _, exp := range distinct(rows, func(r traces.SensitivityRow) string { return r.Experiment }) {
+	for _, exp := range distinct(rows, func(r results.SensitivityRow) string { return r.Experiment }) {
 		t := Tornado{Experiment: exp, Paper: math.NaN()}
-		mean := func(keep func(traces.SensitivityRow) bool) (float64, string, int) {
+		mean := func(keep func(results.SensitivityRow) bool) (float64, string, int) {
 			s, n, setting := 0.0, 0, ""
 			for _, r := range rows {
 				if r.Experiment == exp && keep(r) {
@@ -60,15 +59,15 @@ func TornadoData(rows []traces.SensitivityRow) []Tornado {
 			}
 			return s / float64(max(n, 1)), setting, n
 		}
-		t.Base, _, t.Seeds = mean(func(r traces.SensitivityRow) bool { return r.Side == "base" })
-		for _, a := range distinct(rows, func(r traces.SensitivityRow) string { return r.Assumption }) {
+		t.Base, _, t.Seeds = mean(func(r results.SensitivityRow) bool { return r.Side == "base" })
+		for _, a := range distinct(rows, func(r results.SensitivityRow) string { return r.Assumption }) {
 			if a == "" {
 				continue
 			}
 			b := TornadoBar{Assumption: a}
 			var nl, nh int
-			b.Low, b.LowSetting, nl = mean(func(r traces.SensitivityRow) bool { return r.Assumption == a && r.Side == "low" })
-			b.High, b.HighSetting, nh = mean(func(r traces.SensitivityRow) bool { return r.Assumption == a && r.Side == "high" })
+			b.Low, b.LowSetting, nl = mean(func(r results.SensitivityRow) bool { return r.Assumption == a && r.Side == "low" })
+			b.High, b.HighSetting, nh = mean(func(r results.SensitivityRow) bool { return r.Assumption == a && r.Side == "high" })
 			if nl > 0 && nh > 0 {
 				t.Bars = append(t.Bars, b)
 			}
@@ -80,8 +79,8 @@ func TornadoData(rows []traces.SensitivityRow) []Tornado {
 }
 
 // loadSensitivity reads dir/sensitivity.csv; ok is false when there is none.
-func loadSensitivity(dir string) (rows []traces.SensitivityRow, ok bool, err error) {
-	rows, err = traces.ReadSensitivityCSV(filepath.Join(dir, "sensitivity.csv"))
+func loadSensitivity(dir string) (rows []results.SensitivityRow, ok bool, err error) {
+	rows, err = results.ReadSensitivityCSV(filepath.Join(dir, "sensitivity.csv"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}

@@ -9,15 +9,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mosaic-sched/mosaic/plots"
-	"github.com/mosaic-sched/mosaic/traces"
+	"github.com/mosaic-sched/mosaic/results"
 )
 
-func sensitivityRows() []traces.SensitivityRow {
-	row := func(a, side, setting string, seed uint64, x float64) traces.SensitivityRow {
-		return traces.SensitivityRow{Experiment: "exp", Assumption: a, Side: side, Setting: setting, Seed: seed,
+func sensitivityRows() []results.SensitivityRow {
+	row := func(a, side, setting string, seed uint64, x float64) results.SensitivityRow {
+		return results.SensitivityRow{Experiment: "exp", Assumption: a, Side: side, Setting: setting, Seed: seed,
 			SpeedupExpert: x, SpeedupAggregator: x, SpeedupE2E: x, PaperE2E: 1.7}
 	}
-	return []traces.SensitivityRow{
+	return []results.SensitivityRow{
 		row("", "base", "as in the file", 1, 2.0), row("", "base", "as in the file", 2, 2.2),
 		row("small", "low", "x0.5", 1, 2.0), row("small", "low", "x0.5", 2, 2.0),
 		row("small", "high", "x2", 1, 2.2), row("small", "high", "x2", 2, 2.2),
@@ -50,9 +50,9 @@ func TestRenderTornado(t *testing.T) {
 	f, err := os.Create(filepath.Join(dir, "sensitivity.csv"))
 	require.NoError(t, err)
 	rows := sensitivityRows()
-	require.NoError(t, traces.WriteCSV(f, traces.SensitivityHeader, rows))
+	require.NoError(t, results.WriteCSV(f, results.SensitivityHeader, rows))
 	require.NoError(t, f.Close())
-	back, err := traces.ReadSensitivityCSV(filepath.Join(dir, "sensitivity.csv"))
+	back, err := results.ReadSensitivityCSV(filepath.Join(dir, "sensitivity.csv"))
 	require.NoError(t, err)
 	assert.Equal(t, rows, back)
 
@@ -66,7 +66,7 @@ func TestRenderTornado(t *testing.T) {
 	// Bad rows name the file, line and column.
 	bad := filepath.Join(t.TempDir(), "sensitivity.csv")
 	require.NoError(t, os.WriteFile(bad, []byte("experiment,assumption,side,setting,seed,speedup_expert,speedup_aggregator,speedup_e2e,paper_speedup_e2e\nexp,a,sideways,x,1,1,1,1,NaN\n"), 0o644))
-	_, err = traces.ReadSensitivityCSV(bad)
+	_, err = results.ReadSensitivityCSV(bad)
 	assert.ErrorContains(t, err, `sensitivity.csv:2: column side: "sideways" is not base, low or high`)
 	_, err = plots.Render([]string{filepath.Dir(bad)}, out, plots.Options{Formats: []string{"png"}})
 	assert.ErrorContains(t, err, "is not base, low or high")

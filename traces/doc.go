@@ -1,6 +1,7 @@
-// Package traces holds the vocabulary of work and of what happened to it: length distributions
-// that workloads are drawn from, and (as the MoA pipeline grows) workloads, queries, calls and
-// the execution-trace schema shared by simulation and replay.
+// Package traces holds the vocabulary of work: workloads of call graphs (queries, calls and
+// what each call reads), the length distributions they are drawn from, arrivals, and the
+// answers and votes that decide gates. What happened to the work, the execution trace shared by
+// simulation and replay, is package results.
 //
 // Workloads come from three places: Generate draws a synthetic Mixture-of-Agents workload
 // (skill-based routing with skewed expert demand, per-model length distributions, a vote model

@@ -12,10 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mosaic-sched/mosaic/results"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/mosaic-sched/mosaic/traces"
 )
 
 // The test binary doubles as the mosaic binary: replay's launch template runs {mosaic}
@@ -33,11 +32,11 @@ const e2eExperiment = "testdata/e2e.toml"
 // too much for a timing comparison.
 var raceEnabled bool
 
-func summaries(t *testing.T, dir string) map[string]traces.SummaryRow {
+func summaries(t *testing.T, dir string) map[string]results.SummaryRow {
 	t.Helper()
-	rows, err := traces.ReadSummaryCSV(filepath.Join(dir, "summary.csv"))
+	rows, err := results.ReadSummaryCSV(filepath.Join(dir, "summary.csv"))
 	require.NoError(t, err)
-	out := map[string]traces.SummaryRow{}
+	out := map[string]results.SummaryRow{}
 	for _, r := range rows {
 		out[r.Policy] = r
 	}
@@ -101,7 +100,7 @@ func TestSimAgreesWithReplayOnEmulators(t *testing.T) {
 // launches (this test binary), and returns both runs' summaries by policy, the replay's
 // results folder and its output. It skips in -short mode and under the race detector, which
 // slows the emulators' real-time loops too much for a timing comparison.
-func simAndReplay(t *testing.T, exp string) (sim, rep map[string]traces.SummaryRow, simDir, repDir, out string) {
+func simAndReplay(t *testing.T, exp string) (sim, rep map[string]results.SummaryRow, simDir, repDir, out string) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("end-to-end replay takes 5-20 s")
@@ -125,7 +124,7 @@ func simAndReplay(t *testing.T, exp string) (sim, rep map[string]traces.SummaryR
 func loadOverrun(t *testing.T, simDir, repDir string) map[string]float64 {
 	t.Helper()
 	loads := func(dir string) map[string]map[int]float64 {
-		rows, err := traces.ReadWorkersCSV(filepath.Join(dir, "workers.csv"))
+		rows, err := results.ReadWorkersCSV(filepath.Join(dir, "workers.csv"))
 		require.NoError(t, err)
 		out := map[string]map[int]float64{}
 		for _, r := range rows {
@@ -238,7 +237,7 @@ func assertKept(t *testing.T, dir string, before, after [][]string) {
 	for _, r := range after {
 		rows[[2]string{r[0], r[2]}] = r
 	}
-	qs, err := traces.ReadQueriesCSV(filepath.Join(dir, "queries.csv"))
+	qs, err := results.ReadQueriesCSV(filepath.Join(dir, "queries.csv"))
 	require.NoError(t, err)
 	skipped := map[[2]string]bool{}
 	for _, q := range qs {
@@ -254,7 +253,7 @@ func assertKept(t *testing.T, dir string, before, after [][]string) {
 }
 
 // statusCol is calls.csv's status column.
-var statusCol = slices.Index(traces.CallHeader, "status")
+var statusCol = slices.Index(results.CallHeader, "status")
 
 // Streams that stall or lose their connection mid-way fail their calls (no retries here)
 // without stopping the run or losing what completed; --resume, against servers without the

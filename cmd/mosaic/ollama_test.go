@@ -14,7 +14,7 @@ import (
 
 	"github.com/mosaic-sched/mosaic/internal/gguf"
 	"github.com/mosaic-sched/mosaic/internal/ollamatest"
-	"github.com/mosaic-sched/mosaic/traces"
+	"github.com/mosaic-sched/mosaic/results"
 )
 
 // The real-engine check: replay drives a serving engine this project did not write. Two
@@ -202,7 +202,7 @@ func TestReplayOnOllama(t *testing.T) {
 	fmt.Fprintf(&table, "%-14s %9s %9s %8s %9s %9s\n", "policy", "sim_e2e_s", "ollama_s", "error", "sim_x", "ollama_x")
 	for _, p := range []string{"round-robin", "data-parallel", "mosaic"} {
 		sp, rp := s[p], r[p]
-		assert.Equal(t, traces.StatusOK, rp.Status, p)
+		assert.Equal(t, results.StatusOK, rp.Status, p)
 		assert.Zero(t, rp.FailedCalls, "%s: every call came back whole, its token counts checked", p)
 		assert.Equal(t, sp.ExpertCalls, rp.ExpertCalls, p)
 		assert.Equal(t, sp.AggregatorCalls, rp.AggregatorCalls, p)

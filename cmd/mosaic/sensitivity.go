@@ -17,7 +17,7 @@ import (
 
 	"github.com/mosaic-sched/mosaic/experiments"
 	"github.com/mosaic-sched/mosaic/plots"
-	"github.com/mosaic-sched/mosaic/traces"
+	"github.com/mosaic-sched/mosaic/results"
 )
 
 func runSensitivity(args []string, stdout io.Writer) error {
@@ -48,7 +48,7 @@ the three experiments of experiments/paper/.`)
 		return err
 	}
 	host, _ := os.Hostname()
-	var all []traces.SensitivityRow
+	var all []results.SensitivityRow
 	for _, path := range pos {
 		load := func() (*experiments.Experiment, error) { return experiments.Load(path) }
 		e, err := load()
@@ -83,7 +83,7 @@ the three experiments of experiments/paper/.`)
 		all = append(all, rows...)
 	}
 	var b bytes.Buffer
-	if err := traces.WriteCSV(&b, traces.SensitivityHeader, all); err != nil {
+	if err := results.WriteCSV(&b, results.SensitivityHeader, all); err != nil {
 		return err
 	}
 	path := filepath.Join(*out, "sensitivity.csv")
@@ -96,7 +96,7 @@ the three experiments of experiments/paper/.`)
 
 // writeSensitivityTable prints, per experiment and assumption, the mean end-to-end speedup
 // over the seeds at the low end, the base and the high end.
-func writeSensitivityTable(w io.Writer, rows []traces.SensitivityRow) error {
+func writeSensitivityTable(w io.Writer, rows []results.SensitivityRow) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "experiment\tassumption\tlow\tx_e2e low\tx_e2e base\tx_e2e high\thigh\tswing")
 	for _, t := range plots.TornadoData(rows) {

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/mosaic-sched/mosaic/experiments"
-	"github.com/mosaic-sched/mosaic/internal/resultsdir"
+	"github.com/mosaic-sched/mosaic/results"
 )
 
 func runSim(args []string, stdout io.Writer) error {
@@ -61,10 +61,10 @@ func runSim(args []string, stdout io.Writer) error {
 		}
 	}
 	start := time.Now()
-	var dir *resultsdir.Dir
+	var dir *results.Dir
 	if *outDir != "" {
 		// The folder is ours before anything runs: a second writer is refused at once.
-		if dir, err = resultsdir.Open(*outDir, ""); err != nil {
+		if dir, err = results.Open(*outDir, ""); err != nil {
 			return err
 		}
 		defer dir.Close()

@@ -20,9 +20,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mosaic-sched/mosaic/internal/resultsdir"
 	"github.com/mosaic-sched/mosaic/replay/emulate"
-	"github.com/mosaic-sched/mosaic/traces"
+	"github.com/mosaic-sched/mosaic/results"
 )
 
 // Tests of what replay must never do silently: bend a figure through failed calls, a second
@@ -188,7 +187,7 @@ func TestReplayFolderLock(t *testing.T) {
 	first.Env = append(os.Environ(), "MOSAIC_TEST_MAIN=1")
 	require.NoError(t, first.Start())
 	t.Cleanup(func() { _ = first.Process.Kill(); _ = first.Wait() })
-	lock := filepath.Join(dir, resultsdir.LockName)
+	lock := filepath.Join(dir, results.LockName)
 	require.Eventually(t, func() bool {
 		data, err := os.ReadFile(lock)
 		return err == nil && strings.HasPrefix(string(data), strconv.Itoa(first.Process.Pid)+"\n")
@@ -438,7 +437,7 @@ func TestReplayResumeSupersedes(t *testing.T) {
 	for k, n := range seen {
 		assert.Equal(t, 1, n, "policy %s call %s: one row", k[0], k[1])
 	}
-	qs, err := traces.ReadQueriesCSV(filepath.Join(dir, "queries.csv"))
+	qs, err := results.ReadQueriesCSV(filepath.Join(dir, "queries.csv"))
 	require.NoError(t, err)
 	require.Len(t, qs, 3*40, "one row per policy and query")
 	for _, q := range qs {
@@ -446,7 +445,7 @@ func TestReplayResumeSupersedes(t *testing.T) {
 			"%s query %d: an aggregator row exactly when queries.csv says it was aggregated", q.Policy, q.Query)
 	}
 	for p, r := range summaries(t, dir) {
-		assert.Equal(t, traces.StatusOK, r.Status, p)
+		assert.Equal(t, results.StatusOK, r.Status, p)
 		assert.Equal(t, 2, r.Runs, "%s: its makespan spans the interrupted run and the resumed one", p)
 	}
 }

@@ -1,4 +1,4 @@
-package resultsdir
+package results
 
 import (
 	"encoding/csv"
@@ -10,8 +10,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-
-	"github.com/mosaic-sched/mosaic/traces"
 )
 
 // Dir is a results folder opened for writing: locked against every other process until
@@ -60,7 +58,7 @@ func (d *Dir) Close() error {
 
 // Table describes one results CSV: its file name, header, strict reader and the policy a row
 // belongs to.
-type Table[R traces.Recorder] struct {
+type Table[R Recorder] struct {
 	Name   string
 	Header []string
 	Read   func(path string) ([]R, error)
@@ -69,22 +67,22 @@ type Table[R traces.Recorder] struct {
 
 // The tables of a results folder.
 var (
-	Calls = Table[traces.CallRow]{Name: "calls.csv", Header: traces.CallHeader, Read: traces.ReadCallsCSV,
-		Policy: func(r traces.CallRow) string { return r.Policy }}
-	Queries = Table[traces.QueryRow]{Name: "queries.csv", Header: traces.QueryHeader, Read: traces.ReadQueriesCSV,
-		Policy: func(r traces.QueryRow) string { return r.Policy }}
-	Workers = Table[traces.WorkerRow]{Name: "workers.csv", Header: traces.WorkerHeader, Read: traces.ReadWorkersCSV,
-		Policy: func(r traces.WorkerRow) string { return r.Policy }}
-	Summary = Table[traces.SummaryRow]{Name: "summary.csv", Header: traces.SummaryHeader, Read: traces.ReadSummaryCSV,
-		Policy: func(r traces.SummaryRow) string { return r.Policy }}
+	Calls = Table[CallRow]{Name: "calls.csv", Header: CallHeader, Read: ReadCallsCSV,
+		Policy: func(r CallRow) string { return r.Policy }}
+	Queries = Table[QueryRow]{Name: "queries.csv", Header: QueryHeader, Read: ReadQueriesCSV,
+		Policy: func(r QueryRow) string { return r.Policy }}
+	Workers = Table[WorkerRow]{Name: "workers.csv", Header: WorkerHeader, Read: ReadWorkersCSV,
+		Policy: func(r WorkerRow) string { return r.Policy }}
+	Summary = Table[SummaryRow]{Name: "summary.csv", Header: SummaryHeader, Read: ReadSummaryCSV,
+		Policy: func(r SummaryRow) string { return r.Policy }}
 )
 
 // Write replaces the table's file with rows, through a temporary file renamed into place, so
 // that a reader, or a run resumed after a crash, never sees half a file.
-func Write[R traces.Recorder](d *Dir, t Table[R], rows iter.Seq[R]) error {
+func Write[R Recorder](d *Dir, t Table[R], rows iter.Seq[R]) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.replace(t.Name, func(f *os.File) error { return traces.WriteCSVSeq(f, t.Header, rows) })
+	return d.replace(t.Name, func(f *os.File) error { return WriteCSVSeq(f, t.Header, rows) })
 }
 
 // replace writes name through a temporary file renamed into place; an appender open on it is
@@ -131,7 +129,7 @@ func (d *Dir) WriteBytes(name string, data []byte) error {
 // Append adds one row to the table's file (created with its header when missing or empty) and
 // flushes it to the operating system at once, so that a crash of this process loses no row
 // already appended. A torn last line left by an earlier crash is cut off first.
-func Append[R traces.Recorder](d *Dir, t Table[R], row R) error {
+func Append[R Recorder](d *Dir, t Table[R], row R) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	a := d.appenders[t.Name]
@@ -148,7 +146,7 @@ func Append[R traces.Recorder](d *Dir, t Table[R], row R) error {
 // Supersede rewrites the table so that policy's rows are exactly rows: the rows an earlier
 // run or this one appended for it are dropped, the new ones take the place of its first old
 // row (or go last), and every other policy's rows stay as they were.
-func Supersede[R traces.Recorder](d *Dir, t Table[R], policy string, rows []R) error {
+func Supersede[R Recorder](d *Dir, t Table[R], policy string, rows []R) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if a := d.appenders[t.Name]; a != nil {
@@ -184,11 +182,11 @@ func Supersede[R traces.Recorder](d *Dir, t Table[R], policy string, rows []R) e
 	if !placed {
 		out = append(out, rows...)
 	}
-	return WriteFile(path, func(f *os.File) error { return traces.WriteCSVSeq(f, t.Header, slices.Values(out)) })
+	return WriteFile(path, func(f *os.File) error { return WriteCSVSeq(f, t.Header, slices.Values(out)) })
 }
 
 // Rows reads the table's rows (none when the file is missing), cutting a torn last line first.
-func Rows[R traces.Recorder](d *Dir, t Table[R]) ([]R, error) {
+func Rows[R Recorder](d *Dir, t Table[R]) ([]R, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	path := d.File(t.Name)

@@ -1,10 +1,4 @@
-// Package resultsdir owns a results folder while a command writes it: an exclusive OS lock
-// held for the writer's life (released by the kernel when the process ends, however it
-// ends), whole-file writes through a temporary file renamed into place, rows appended as they
-// are measured, and the supersession of one policy's rows when it is run again (a resumed
-// replay). Every command that writes a results folder (`mosaic sim -o`, sweeps, `mosaic merge`,
-// `mosaic replay`) writes it through a Dir, so two processes never write one folder at once.
-package resultsdir
+package results
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package resultsdir_test
+package results_test
 
 import (
 	"bufio"
@@ -15,15 +15,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mosaic-sched/mosaic/internal/resultsdir"
-	"github.com/mosaic-sched/mosaic/traces"
+	"github.com/mosaic-sched/mosaic/results"
 )
 
 // The test binary doubles as a second process that holds a folder's lock: it locks the folder
 // named by RESULTSDIR_HOLD, says "locked", and waits to be killed.
 func TestMain(m *testing.M) {
 	if dir := os.Getenv("RESULTSDIR_HOLD"); dir != "" {
-		if _, err := resultsdir.Open(dir, "holder for the test"); err != nil {
+		if _, err := results.Open(dir, "holder for the test"); err != nil {
 			fmt.Println("error:", err)
 			os.Exit(1)
 		}
@@ -53,15 +52,15 @@ func holder(t *testing.T, dir string) *exec.Cmd {
 func TestLockAgainstAnotherProcess(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "out")
 	h := holder(t, dir)
-	_, err := resultsdir.Open(dir, "second")
-	require.ErrorIs(t, err, resultsdir.ErrLocked)
+	_, err := results.Open(dir, "second")
+	require.ErrorIs(t, err, results.ErrLocked)
 	assert.Contains(t, err.Error(), "PID "+strconv.Itoa(h.Process.Pid))
 	assert.Contains(t, err.Error(), "holder for the test")
 	assert.Contains(t, err.Error(), dir)
 
 	require.NoError(t, h.Process.Signal(syscall.SIGKILL)) // a crash: no clean-up runs
 	_ = h.Wait()
-	d, err := resultsdir.Open(dir, "third")
+	d, err := results.Open(dir, "third")
 	require.NoError(t, err, "a dead holder's lock is gone")
 	require.NoError(t, d.Close())
 }
@@ -70,19 +69,19 @@ func TestLockAgainstAnotherProcess(t *testing.T) {
 // closes it.
 func TestLockInProcess(t *testing.T) {
 	dir := t.TempDir()
-	d, err := resultsdir.Open(dir, "first")
+	d, err := results.Open(dir, "first")
 	require.NoError(t, err)
-	_, err = resultsdir.Open(dir, "second")
-	require.ErrorIs(t, err, resultsdir.ErrLocked)
+	_, err = results.Open(dir, "second")
+	require.ErrorIs(t, err, results.ErrLocked)
 	assert.Contains(t, err.Error(), fmt.Sprintf("PID %d (first", os.Getpid()))
 	require.NoError(t, d.Close())
-	d, err = resultsdir.Open(dir, "second")
+	d, err = results.Open(dir, "second")
 	require.NoError(t, err)
 	require.NoError(t, d.Close())
 }
 
-func call(policy string, id int, status string) traces.CallRow {
-	return traces.CallRow{Policy: policy, Query: id / 3, Call: id, Role: "expert", Model: "M", Worker: 0, InputTokens: 10,
+func call(policy string, id int, status string) results.CallRow {
+	return results.CallRow{Policy: policy, Query: id / 3, Call: id, Role: "expert", Model: "M", Worker: 0, InputTokens: 10,
 		OutputTokens: 5, EndS: float64(id), Status: status, Attempts: 1}
 }
 
@@ -90,19 +89,19 @@ func call(policy string, id int, status string) traces.CallRow {
 // them, where they were, and leaves every other policy's as they are.
 func TestAppendAndSupersede(t *testing.T) {
 	dir := t.TempDir()
-	d, err := resultsdir.Open(dir, "")
+	d, err := results.Open(dir, "")
 	require.NoError(t, err)
 	defer d.Close()
-	for _, r := range []traces.CallRow{call("a", 0, "done"), call("a", 1, "done"), call("b", 0, "failed"), call("b", 1, "done"), call("b", 0, "done")} {
-		require.NoError(t, resultsdir.Append(d, resultsdir.Calls, r))
+	for _, r := range []results.CallRow{call("a", 0, "done"), call("a", 1, "done"), call("b", 0, "failed"), call("b", 1, "done"), call("b", 0, "done")} {
+		require.NoError(t, results.Append(d, results.Calls, r))
 	}
-	rows, err := traces.ReadCallsCSV(d.File("calls.csv"))
+	rows, err := results.ReadCallsCSV(d.File("calls.csv"))
 	require.NoError(t, err)
 	require.Len(t, rows, 5, "appended rows are on disk at once")
 
-	require.NoError(t, resultsdir.Supersede(d, resultsdir.Calls, "b", []traces.CallRow{call("b", 0, "done"), call("b", 1, "done")}))
-	require.NoError(t, resultsdir.Append(d, resultsdir.Calls, call("c", 0, "done")), "appending after a supersession reopens the new file")
-	rows, err = traces.ReadCallsCSV(d.File("calls.csv"))
+	require.NoError(t, results.Supersede(d, results.Calls, "b", []results.CallRow{call("b", 0, "done"), call("b", 1, "done")}))
+	require.NoError(t, results.Append(d, results.Calls, call("c", 0, "done")), "appending after a supersession reopens the new file")
+	rows, err = results.ReadCallsCSV(d.File("calls.csv"))
 	require.NoError(t, err)
 	var got []string
 	for _, r := range rows {
@@ -111,8 +110,8 @@ func TestAppendAndSupersede(t *testing.T) {
 	assert.Equal(t, []string{"a/0/done", "a/1/done", "b/0/done", "b/1/done", "c/0/done"}, got, "one row per call, the stale failed row gone")
 
 	// A policy superseded before any of its rows was appended goes last.
-	require.NoError(t, resultsdir.Supersede(d, resultsdir.Workers, "a", []traces.WorkerRow{{Policy: "a", Kind: "busy", EndS: 1}}))
-	w, err := traces.ReadWorkersCSV(d.File("workers.csv"))
+	require.NoError(t, results.Supersede(d, results.Workers, "a", []results.WorkerRow{{Policy: "a", Kind: "busy", EndS: 1}}))
+	w, err := results.ReadWorkersCSV(d.File("workers.csv"))
 	require.NoError(t, err)
 	assert.Len(t, w, 1)
 }
@@ -121,9 +120,9 @@ func TestAppendAndSupersede(t *testing.T) {
 // file stays readable.
 func TestTornLine(t *testing.T) {
 	dir := t.TempDir()
-	d, err := resultsdir.Open(dir, "")
+	d, err := results.Open(dir, "")
 	require.NoError(t, err)
-	require.NoError(t, resultsdir.Append(d, resultsdir.Calls, call("a", 0, "done")))
+	require.NoError(t, results.Append(d, results.Calls, call("a", 0, "done")))
 	require.NoError(t, d.Close())
 	f, err := os.OpenFile(filepath.Join(dir, "calls.csv"), os.O_APPEND|os.O_WRONLY, 0)
 	require.NoError(t, err)
@@ -131,11 +130,11 @@ func TestTornLine(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, f.Close())
 
-	d, err = resultsdir.Open(dir, "")
+	d, err = results.Open(dir, "")
 	require.NoError(t, err)
 	defer d.Close()
-	require.NoError(t, resultsdir.Append(d, resultsdir.Calls, call("a", 1, "done")))
-	rows, err := resultsdir.Rows(d, resultsdir.Calls)
+	require.NoError(t, results.Append(d, results.Calls, call("a", 1, "done")))
+	rows, err := results.Rows(d, results.Calls)
 	require.NoError(t, err)
 	require.Len(t, rows, 2)
 	data, err := os.ReadFile(filepath.Join(dir, "calls.csv"))
@@ -146,5 +145,5 @@ func TestTornLine(t *testing.T) {
 	for _, n := range names {
 		files = append(files, n.Name())
 	}
-	assert.True(t, slices.Contains(files, resultsdir.LockName))
+	assert.True(t, slices.Contains(files, results.LockName))
 }

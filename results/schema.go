@@ -1,4 +1,4 @@
-package traces
+package results
 
 import (
 	"bufio"
@@ -13,12 +13,6 @@ import (
 	"unicode"
 	"unicode/utf8"
 )
-
-// The execution trace: one schema for simulated and replayed runs. A results folder holds
-// summary.csv (one SummaryRow per experiment, mode and policy), calls.csv (one CallRow per LLM
-// call that ran) and workers.csv (one WorkerRow per interval of a worker's time). Times are
-// seconds from the start of the run, written with microsecond resolution, so files written by
-// the simulator with the same seed are byte-identical.
 
 // SummaryRow is one line of summary.csv.
 type SummaryRow struct {
@@ -101,6 +95,35 @@ func (r SummaryRow) Record() []string {
 		secs(r.MeanTTFTS), secs(r.MedianTTFTS), secs(r.P90TTFTS), secs(r.P99TTFTS), secs(r.MeanQueueS), secs(r.P99QueueS),
 		ratio(r.RequestThroughput), ratio(r.SLOAttainment), ratio(r.RequestGoodput),
 		cmp.Or(r.Status, StatusOK), itoa(r.Retries), itoa(max(r.Runs, 1)), ratio(r.HostLagPct)}
+}
+
+// SetSpeedups sets every row's speedups over the first row: the baseline's stage and
+// end-to-end times over the row's (NaN where the row's time is not positive). It is the one
+// place speedups are computed, for a simulated run, a replay and a resumed replay alike. No
+// speedup is computed for or against a row with status failed, nor between rows summarised
+// over different queries.
+func SetSpeedups(rows []SummaryRow) {
+	if len(rows) == 0 {
+		return
+	}
+	base := rows[0]
+	for i := range rows {
+		if base.Status == StatusFailed || rows[i].Status == StatusFailed || base.Queries != rows[i].Queries {
+			rows[i].SpeedupExpert, rows[i].SpeedupAggregator, rows[i].SpeedupE2E = math.NaN(), math.NaN(), math.NaN()
+			continue
+		}
+		rows[i].SpeedupExpert = speedup(base.ExpertStageS, rows[i].ExpertStageS)
+		rows[i].SpeedupAggregator = speedup(base.AggregatorStageS, rows[i].AggregatorStageS)
+		rows[i].SpeedupE2E = speedup(base.E2ES, rows[i].E2ES)
+	}
+}
+
+// speedup is base/d, NaN when d is not positive.
+func speedup(base, d float64) float64 {
+	if d <= 0 {
+		return math.NaN()
+	}
+	return base / d
 }
 
 // blank formats a figure that may not have been computed (a speedup, an accuracy): empty when

@@ -1,4 +1,4 @@
-package traces_test
+package results_test
 
 import (
 	"os"
@@ -6,14 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mosaic-sched/mosaic/results"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/mosaic-sched/mosaic/traces"
 )
 
-func sampleCalls() []traces.CallRow {
-	return []traces.CallRow{
+func sampleCalls() []results.CallRow {
+	return []results.CallRow{
 		{Policy: "round-robin", Query: 0, Call: 0, Role: "expert", Model: "QwenR1", Worker: 1,
 			InputTokens: 267, OutputTokens: 4374, ReadyS: 0, StartS: 27.616, FirstTokenS: 28.152853, EndS: 291.590083, Status: "done"},
 		{Policy: "round-robin", Query: 0, Call: 3, Role: "aggregator", Layer: 1, Model: "LlamaR1", Worker: 0,
@@ -21,34 +20,34 @@ func sampleCalls() []traces.CallRow {
 	}
 }
 
-func sampleWorkers() []traces.WorkerRow {
-	return []traces.WorkerRow{
+func sampleWorkers() []results.WorkerRow {
+	return []results.WorkerRow{
 		{Policy: "mosaic", Worker: 0, Kind: "load", Model: "GLM", StartS: 0, EndS: 29.4},
 		{Policy: "mosaic", Worker: 0, Kind: "busy", Model: "GLM", StartS: 29.4, EndS: 54.44416, MeanBatch: 48.2089},
 		{Policy: "mosaic", Worker: 0, Kind: "idle", StartS: 54.44416, EndS: 60},
 	}
 }
 
-func writeResults[R traces.Recorder](t *testing.T, name string, header []string, rows []R) string {
+func writeResults[R results.Recorder](t *testing.T, name string, header []string, rows []R) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), name)
 	f, err := os.Create(path)
 	require.NoError(t, err)
-	require.NoError(t, traces.WriteCSV(f, header, rows))
+	require.NoError(t, results.WriteCSV(f, header, rows))
 	require.NoError(t, f.Close())
 	return path
 }
 
 func TestReadCallsCSVRoundTrip(t *testing.T) {
 	want := sampleCalls()
-	got, err := traces.ReadCallsCSV(writeResults(t, "calls.csv", traces.CallHeader, want))
+	got, err := results.ReadCallsCSV(writeResults(t, "calls.csv", results.CallHeader, want))
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
 }
 
 func TestReadWorkersCSVRoundTrip(t *testing.T) {
 	want := sampleWorkers()
-	got, err := traces.ReadWorkersCSV(writeResults(t, "workers.csv", traces.WorkerHeader, want))
+	got, err := results.ReadWorkersCSV(writeResults(t, "workers.csv", results.WorkerHeader, want))
 	require.NoError(t, err)
 	assert.Equal(t, want, got)
 }
@@ -81,9 +80,9 @@ func TestReadCallsCSVRejectsMalformedLines(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			path := writeResults(t, "calls.csv", traces.CallHeader, sampleCalls())
+			path := writeResults(t, "calls.csv", results.CallHeader, sampleCalls())
 			corrupt(t, path, tt.line, tt.col, tt.value)
-			_, err := traces.ReadCallsCSV(path)
+			_, err := results.ReadCallsCSV(path)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), path+tt.want)
 		})
@@ -105,9 +104,9 @@ func TestReadWorkersCSVRejectsMalformedLines(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			path := writeResults(t, "workers.csv", traces.WorkerHeader, sampleWorkers())
+			path := writeResults(t, "workers.csv", results.WorkerHeader, sampleWorkers())
 			corrupt(t, path, tt.line, tt.col, tt.value)
-			_, err := traces.ReadWorkersCSV(path)
+			_, err := results.ReadWorkersCSV(path)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), path+tt.want)
 		})
@@ -115,27 +114,27 @@ func TestReadWorkersCSVRejectsMalformedLines(t *testing.T) {
 }
 
 func TestReadResultsCSVShortRecordAndMissingFile(t *testing.T) {
-	path := writeResults(t, "workers.csv", traces.WorkerHeader, sampleWorkers())
+	path := writeResults(t, "workers.csv", results.WorkerHeader, sampleWorkers())
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(path, append(data, []byte("mosaic,1,busy\n")...), 0o644))
-	_, err = traces.ReadWorkersCSV(path)
+	_, err = results.ReadWorkersCSV(path)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), path+":5:")
 
-	_, err = traces.ReadCallsCSV(filepath.Join(t.TempDir(), "nope.csv"))
+	_, err = results.ReadCallsCSV(filepath.Join(t.TempDir(), "nope.csv"))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "reading calls")
 }
 
 // FuzzReadCallsCSV checks that no input makes the readers panic.
 func FuzzReadCallsCSV(f *testing.F) {
-	f.Add(strings.Join(traces.CallHeader, ",") + "\nrr,0,0,expert,Q,1,2,3,0,1,1.5,2,0,done\n")
-	f.Add(strings.Join(traces.WorkerHeader, ",") + "\nrr,0,busy,Q,0,1,2.5\n")
+	f.Add(strings.Join(results.CallHeader, ",") + "\nrr,0,0,expert,Q,1,2,3,0,1,1.5,2,0,done\n")
+	f.Add(strings.Join(results.WorkerHeader, ",") + "\nrr,0,busy,Q,0,1,2.5\n")
 	f.Fuzz(func(t *testing.T, data string) {
 		path := filepath.Join(t.TempDir(), "f.csv")
 		require.NoError(t, os.WriteFile(path, []byte(data), 0o644))
-		_, _ = traces.ReadCallsCSV(path)
-		_, _ = traces.ReadWorkersCSV(path)
+		_, _ = results.ReadCallsCSV(path)
+		_, _ = results.ReadWorkersCSV(path)
 	})
 }

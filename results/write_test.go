@@ -1,4 +1,4 @@
-package traces_test
+package results_test
 
 import (
 	"bytes"
@@ -9,9 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mosaic-sched/mosaic/results"
 	"github.com/stretchr/testify/require"
-
-	"github.com/mosaic-sched/mosaic/traces"
 )
 
 // awkward are strings encoding/csv quotes, or nearly does.
@@ -35,25 +34,25 @@ func TestWriteCSVMatchesEncodingCSV(t *testing.T) {
 		}
 		return (r.Float64() - 0.1) * math.Pow(10, float64(r.IntN(12)-3))
 	}
-	var calls []traces.CallRow
-	var queries []traces.QueryRow
-	var workers []traces.WorkerRow
+	var calls []results.CallRow
+	var queries []results.QueryRow
+	var workers []results.WorkerRow
 	for range 3000 {
-		calls = append(calls, traces.CallRow{Policy: str(), Query: num(), Call: num(), Role: str(), Layer: num(), Model: str(),
+		calls = append(calls, results.CallRow{Policy: str(), Query: num(), Call: num(), Role: str(), Layer: num(), Model: str(),
 			Worker: num(), InputTokens: num(), OutputTokens: num(), ReadyS: sec(), StartS: sec(), FirstTokenS: sec(),
 			EndS: sec(), Preemptions: num(), Status: str()})
-		queries = append(queries, traces.QueryRow{Policy: str(), Query: num(), Dataset: str(), Category: str(),
+		queries = append(queries, results.QueryRow{Policy: str(), Query: num(), Dataset: str(), Category: str(),
 			ArrivalS: sec(), FirstTokenS: sec(), EndS: sec(), LatencyS: sec(), TTFTS: sec(), QueueS: sec(), Calls: num(),
 			SkippedCalls: num(), FinalSkipped: r.IntN(2) == 0, Answer: str(), Gold: str(), Correct: num(), SLOMet: num()})
-		workers = append(workers, traces.WorkerRow{Policy: str(), Worker: num(), Kind: str(), Model: str(), StartS: sec(),
+		workers = append(workers, results.WorkerRow{Policy: str(), Worker: num(), Kind: str(), Model: str(), StartS: sec(),
 			EndS: sec(), MeanBatch: sec()})
 	}
-	check(t, traces.CallHeader, calls)
-	check(t, traces.QueryHeader, queries)
-	check(t, traces.WorkerHeader, workers)
+	check(t, results.CallHeader, calls)
+	check(t, results.QueryHeader, queries)
+	check(t, results.WorkerHeader, workers)
 }
 
-func check[R traces.Recorder](t *testing.T, header []string, rows []R) {
+func check[R results.Recorder](t *testing.T, header []string, rows []R) {
 	t.Helper()
 	var want bytes.Buffer
 	cw := csv.NewWriter(&want)
@@ -65,7 +64,7 @@ func check[R traces.Recorder](t *testing.T, header []string, rows []R) {
 	}
 	cw.Flush()
 	var got bytes.Buffer
-	require.NoError(t, traces.WriteCSV(&got, header, rows))
+	require.NoError(t, results.WriteCSV(&got, header, rows))
 	require.Equal(t, want.String(), got.String())
 	// And the rows read back (but a carriage return in a quoted field, which encoding/csv's
 	// reader drops before a newline).
