@@ -64,7 +64,7 @@
 //  4. catalog.go, preset.go and profile.go, with the TOML files in catalog/ beside them.
 //  5. event.go and rand.go: the event queue and the seeded streams.
 //  6. The rest of engine.go (the closed-form decode stretches: analyse, decodeStretch,
-//     SteadyPlan, RunSteady), then decoders.go: the fast path that keeps plain decoders
+//     SteadyPlan, RunSteady), then fastpath.go: the fast path that keeps plain decoders
 //     grouped, so that an iteration costs in the sequences that are not plain decodes rather
 //     than in the batch. It must give exactly what the general path gives, which
 //     TestFastPathMatchesGeneral checks; skip it on a first reading.

@@ -17,7 +17,7 @@ type Queue[T any] struct {
 // The queue keeps its own heap code rather than internal/heapx's generic one: the simulator's
 // hottest loop pops and schedules here, and heapx's comparison, passed as a function, is not
 // inlined (BenchmarkQueue: 102-122 ns a Pop and Schedule here, 143-184 ns through heapx, on
-// the same machine in one sitting). The decoders' heap (decoders.go) also tracks each element's
+// the same machine in one sitting). The decoders' heap (fastpath.go) also tracks each element's
 // place, which heapx does not.
 
 // Event is a scheduled payload.
