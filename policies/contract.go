@@ -44,10 +44,12 @@
 //  2. package backend (policies/backend): the Backend contract and the Events, which this
 //     package re-exports; a policy author needs only the names here.
 //  3. rule.go: Rule and Decision, ConfidenceSkip, then EarlyExit and DynamicThreshold.
-//  4. driver.go: the Driver's doc comment (the invariants), NewDriver and Run; then handle,
-//     finish, settle and decide (a finished call releases the calls that read it, a gated one
-//     after the rule's decision), do (the checks on each action), and the View methods at the
-//     end.
+//  4. The Driver, in pieces: driver.go (its doc comment, the invariants; NewDriver, Run and
+//     handle, the event loop, and finish, a call's end), driver_release.go (how calls become
+//     ready: arrive, start, settle; what a step caused is gathered in an effects value),
+//     driver_gates.go (decide: the rule on a gated call; early exit and cancel),
+//     driver_timers.go (arrivals, tool steps, wake-ups), driver_actions.go (do: the checks on
+//     each action) and driver_view.go (what a policy may read).
 //  5. result.go: Result, its records and Summary.
 //  6. roundrobin, the smallest real policy (an offline plan computed in Start and replayed in
 //     OnEvent); then dataparallel; online (decides as calls become ready); mosaic with solver (the

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mosaic-sched/mosaic/internal/heapx"
 	"github.com/mosaic-sched/mosaic/policies/backend"
 	"github.com/mosaic-sched/mosaic/traces"
 )
@@ -28,7 +27,10 @@ import (
 //   - a worker holds only what fits its memory;
 //   - a query is complete when its final calls are; stage barriers are the policy's choice.
 //
-// A Driver runs one policy once; it is not safe for concurrent use.
+// A Driver runs one policy once; it is not safe for concurrent use. Its code is in pieces:
+// this file (the loop, a call's end), driver_release.go (how calls become ready),
+// driver_gates.go (the rule, early exit, cancellation), driver_timers.go, driver_actions.go
+// (the checks on a policy's actions) and driver_view.go (the View).
 type Driver struct {
 	backend  Backend
 	policy   Policy
@@ -101,6 +103,29 @@ type Driver struct {
 type retry struct {
 	attempts int
 	lost     time.Duration
+}
+
+// effects is what one step of the Driver caused, gathered in the order it happened: the calls
+// it released and the events it derived besides (a skip, a ready call withdrawn, a
+// cancellation). Every step that can release, skip or cancel calls (an arrival, a call or tool
+// step that ends, a policy's cancellation) writes into one, then flushes it as events.
+type effects struct {
+	released []CallRef
+	events   []Event
+}
+
+// flush appends the step's events to out, then one EventReleased at time at of the calls it
+// released (when it released any), and returns out.
+func (fx *effects) flush(out []Event, at time.Duration) []Event {
+	if out == nil {
+		out = fx.events // no copy: the step's events are the caller's now
+	} else {
+		out = append(out, fx.events...)
+	}
+	if len(fx.released) > 0 {
+		out = append(out, Event{Kind: EventReleased, At: at, Calls: fx.released})
+	}
+	return out
 }
 
 // Grower is the backend package's Grower: a Backend that can prefill a call while its inputs
@@ -285,52 +310,6 @@ func NewDriver(b Backend, p Policy, r Rule, wl *traces.Workload, models []ModelI
 	return d, nil
 }
 
-// timer is one of the Driver's own deadlines.
-type timer struct {
-	at   time.Duration
-	kind timerKind
-	id   int // the tool step's call ID
-	seq  int
-}
-
-type timerKind int
-
-const (
-	timerArrival timerKind = iota
-	timerTool
-	timerPolicy
-)
-
-// timerHeap orders the Driver's timers by time, then by when they were set.
-type timerHeap []timer
-
-func timerLess(a, b *timer) bool {
-	if a.at != b.at {
-		return a.at < b.at
-	}
-	return a.seq < b.seq
-}
-
-func (h *timerHeap) push(t timer) { *h = heapx.Push(*h, t, timerLess) }
-
-func (h *timerHeap) pop() timer {
-	var t timer
-	*h, t = heapx.Pop(*h, timerLess)
-	return t
-}
-
-// addTimer schedules one of the Driver's deadlines and asks the backend to wake it then.
-func (d *Driver) addTimer(t timer) {
-	t.at = max(t.at, d.backend.Now())
-	d.timerSeq++
-	t.seq = d.timerSeq
-	d.timers.push(t)
-	if !d.waking[t.at] {
-		d.waking[t.at] = true
-		d.backend.WakeAt(t.at)
-	}
-}
-
 // Run drives the policy until every query is complete and returns what happened.
 func (d *Driver) Run(ctx context.Context) (*Result, error) {
 	if d.overlap {
@@ -340,10 +319,11 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 		}
 		d.grower = g
 	}
-	// Queries of the offline batch are ready at the start; later arrivals wake the driver.
-	var released []CallRef
+	// Queries of the offline batch are ready at the start (the policy sees them in the View);
+	// later arrivals wake the driver.
+	var fx effects
 	for d.arrived < len(d.arrivals) && d.workload.Queries[d.arrivals[d.arrived]].Arrival <= 0 {
-		released = d.arrive(d.arrivals[d.arrived], 0, released)
+		d.arrive(d.arrivals[d.arrived], 0, &fx)
 		d.arrived++
 	}
 	if d.arrived < len(d.arrivals) {
@@ -488,378 +468,6 @@ func (d *Driver) stalled() error {
 		d.policy.Name(), d.backend.Now(), d.pending, ready, detail, waiting, inflight)
 }
 
-// arrive releases a query's calls without inputs.
-func (d *Driver) arrive(qi int, now time.Duration, out []CallRef) []CallRef {
-	q := &d.workload.Queries[qi]
-	released := 0 // exactly what is released: a query's calls are in this run's largest slices
-	for i := range q.Calls {
-		if c := &q.Calls[i]; len(c.Inputs) == 0 || d.overlap && !c.IsTool() {
-			released++
-		}
-	}
-	out = slices.Grow(out, released)
-	for i := range q.Calls {
-		if len(q.Calls[i].Inputs) == 0 {
-			out = d.start(d.first[qi]+i, now, out)
-		}
-	}
-	if d.overlap {
-		for i := range q.Calls {
-			if c := &q.Calls[i]; len(c.Inputs) > 0 && !c.IsTool() {
-				id := d.first[qi] + i
-				cs := &d.calls[id]
-				cs.status, cs.ready, cs.open = callReady, now, true
-				d.order = append(d.order, id)
-				out = append(out, d.ref(id))
-			}
-		}
-	}
-	return out
-}
-
-// start makes a call whose inputs are all finished go: a tool step begins, an LLM call is
-// released (out gains its reference). (Gates are decided before, in settle.)
-func (d *Driver) start(id int, now time.Duration, out []CallRef) []CallRef {
-	cs := &d.calls[id]
-	if cs.open {
-		// Released when its query arrived: it is now an ordinary ready call, or its worker
-		// gets the rest of its prompt.
-		cs.open = false
-		cs.ready = now // ready to run now: any wait before is for its inputs, not in a queue
-		if cs.status == callSubmitted {
-			d.grow(id, true)
-		}
-		return out
-	}
-	if d.tool(cs) {
-		cs.status = callTool
-		cs.ready = now
-		cs.timing = CallTiming{Submitted: now, Started: now, FirstToken: now}
-		d.addTimer(timer{at: now + cs.call.Tool, kind: timerTool, id: id})
-		return out
-	}
-	cs.status = callReady
-	cs.ready = now
-	d.order = append(d.order, id)
-	return append(out, d.ref(id))
-}
-
-func (d *Driver) ref(id int) CallRef {
-	cs := &d.calls[id]
-	c := cs.call
-	return CallRef{ID: id, Query: c.Query, Role: c.Role, Layer: c.Layer, Model: c.Model, InputTokens: c.InputTokens,
-		Ready: cs.ready, Inputs: len(c.Inputs), Confidence: cs.confidence, Final: cs.final, Open: cs.open}
-}
-
-// refPtr returns a new reference to call id for an event. References are carved from a
-// shared block (one allocation per refBlock events instead of one each); an event's
-// reference is never written after it is handed out.
-func (d *Driver) refPtr(id int) *CallRef {
-	if len(d.refs) == 0 {
-		d.refs = make([]CallRef, refBlock)
-	}
-	r := &d.refs[0]
-	*r = d.ref(id)
-	d.refs = d.refs[1:]
-	return r
-}
-
-// refBlock is how many event references refPtr allocates at once.
-const refBlock = 256
-
-// backlog counts the calls of model released and not finished: ready (open ones included)
-// or in flight.
-func (d *Driver) backlog(model string) int {
-	n := 0
-	for _, id := range d.order {
-		if cs := &d.calls[id]; cs.status == callReady && cs.call.Model == model {
-			n++
-		}
-	}
-	if mi, ok := d.byName[model]; ok {
-		for i := range d.ws {
-			n += d.ws[i].inflight[mi]
-		}
-	}
-	return n
-}
-
-// known is the prompt of call id as far as its finished inputs give it: its own prompt and
-// what they forward (nothing from a failed or cancelled one, the majority's carrier from a
-// skipped one), at least one token.
-func (d *Driver) known(id int) int {
-	c := d.calls[id].call
-	base := d.first[c.Query]
-	tokens := c.PromptTokens
-	for _, in := range c.Inputs {
-		switch p := &d.calls[base+in.From]; p.status {
-		case callDone:
-			tokens += in.Tokens
-		case callSkipped:
-			tokens += int(p.pass)
-		}
-	}
-	return max(1, tokens)
-}
-
-// grow gives open-submitted call id's worker the prompt tokens its inputs have added since,
-// and with close, ends its prompt.
-func (d *Driver) grow(id int, close bool) {
-	cs := &d.calls[id]
-	n := d.known(id)
-	if n == int(cs.sent) && !close {
-		return
-	}
-	add := max(0, n-int(cs.sent))
-	cs.sent += int32(add)
-	if err := d.grower.Grow(cs.worker, id, add, close); err != nil && d.fatal == nil {
-		d.fatal = fmt.Errorf("growing the prompt of call %d on worker %d: %w", id, cs.worker, err)
-	}
-}
-
-// inputAnswers returns the answers call id's LLM inputs gave, in input order: a tool step
-// does not vote, nor does an input that was cancelled or has not finished (an early exit went
-// on without it); a failed input votes for nothing. The slice is the Driver's scratch, valid
-// until the next call (a Rule must not keep its answers).
-func (d *Driver) inputAnswers(id int) []string {
-	c := d.calls[id].call
-	base := d.first[c.Query]
-	out := d.answers[:0]
-	for _, in := range c.Inputs {
-		p := &d.calls[base+in.From]
-		switch {
-		case d.tool(p):
-		case p.status == callDone || p.status == callSkipped || p.status == callFailed:
-			out = append(out, p.answer)
-		}
-	}
-	d.answers = out[:0]
-	return out
-}
-
-// settle propagates that call id has finished (done, failed, skipped or cancelled) to the
-// calls that read it and to its query: a child whose inputs are all finished is decided (if
-// gated) and started; skipped children settle in turn. With an early exit, a gated child whose
-// finished inputs already agree goes on at once, and its unfinished inputs that no other call
-// still waits for are cancelled. events gains the events this causes besides releases.
-func (d *Driver) settle(id int, now time.Duration, released []CallRef, events *[]Event) []CallRef {
-	var exited []int
-	for _, ch := range d.child[d.childAt[id]:d.childAt[id+1]] {
-		cs := &d.calls[ch]
-		if cs.status != callWaiting && !cs.open {
-			continue // released by an early exit, or cancelled
-		}
-		cs.waiting--
-		if cs.waiting > 0 && cs.open && cs.status == callSubmitted {
-			d.grow(int(ch), false)
-		}
-		if cs.waiting > 0 {
-			if d.exit == nil || !cs.call.Gate || !d.exitEarly(int(ch)) {
-				continue
-			}
-			cs.waiting = 0
-			exited = append(exited, int(ch))
-		}
-		released = d.decide(int(ch), now, released, events)
-	}
-	cs := &d.calls[id]
-	if d.childAt[id+1] == d.childAt[id] {
-		qs := &d.queries[cs.call.Query]
-		qs.sinksLeft--
-		if qs.sinksLeft == 0 {
-			d.completeQuery(cs.call.Query, now)
-		}
-	}
-	for _, ch := range exited {
-		base := d.first[d.calls[ch].call.Query]
-		for _, in := range d.calls[ch].call.Inputs {
-			if p := base + in.From; !d.calls[p].status.finished() && !d.awaited(p) {
-				released = d.cancel(p, now, released, events)
-			}
-		}
-	}
-	return released
-}
-
-// decide puts a child whose inputs are finished (or that exits early) to the rule, and skips
-// or starts it.
-func (d *Driver) decide(ch int, now time.Duration, released []CallRef, events *[]Event) []CallRef {
-	cs := &d.calls[ch]
-	answers := d.inputAnswers(ch)
-	cs.confidence = traces.Confidence(answers)
-	d.adjustInputs(ch)
-	if cs.call.Gate {
-		var dec Decision
-		if lr, ok := d.rule.(LoadRule); ok {
-			dec = lr.DecideUnder(answers, Backlog{Queued: d.backlog(cs.call.Model), Decided: d.decided, Lowered: d.lowered})
-		} else {
-			dec = d.rule.Decide(answers)
-		}
-		d.decided++
-		if dec.Skip && dec.Lowered {
-			d.lowered++
-		}
-		cs.confidence = dec.Confidence
-		if dec.Skip {
-			if cs.open && cs.status == callSubmitted {
-				// Submitted open, its prefill was for nothing: its worker drops it.
-				cs.aborting = true
-				d.stopping++
-				if err := d.backend.Cancel(cs.worker, ch); err != nil && d.fatal == nil {
-					d.fatal = fmt.Errorf("cancelling skipped call %d on worker %d: %w", ch, cs.worker, err)
-				}
-			}
-			queued := cs.open && cs.status == callReady
-			cs.open = false
-			d.skip(ch, dec, now, events)
-			if queued {
-				// Released open and not submitted: withdrawn, as a cancelled ready call.
-				*events = append(*events, Event{Kind: EventCancelled, At: now, Worker: -1, Model: cs.call.Model, Call: d.refPtr(ch)})
-			}
-			return d.settle(ch, now, released, events)
-		}
-	}
-	return d.start(ch, now, released)
-}
-
-// awaited reports whether some call that reads call id still waits for it.
-func (d *Driver) awaited(id int) bool {
-	for _, ch := range d.child[d.childAt[id]:d.childAt[id+1]] {
-		if d.calls[ch].status == callWaiting || d.calls[ch].open {
-			return true
-		}
-	}
-	return false
-}
-
-// exitEarly reports whether gated call id may go on before all its inputs are done: at least
-// MinFinished of its LLM inputs have answered and their top answer has at least the Agreement
-// share of their answers (and, with MinConfidence, their mean confidence is high enough).
-func (d *Driver) exitEarly(id int) bool {
-	c := d.calls[id].call
-	base := d.first[c.Query]
-	var answers []string
-	conf := 0.0
-	for _, in := range c.Inputs {
-		p := &d.calls[base+in.From]
-		if d.tool(p) || (p.status != callDone && p.status != callSkipped) {
-			continue
-		}
-		answers = append(answers, p.answer)
-		conf += p.call.Confidence
-	}
-	if len(answers) < max(1, d.exit.MinFinished) {
-		return false
-	}
-	top, votes := traces.TopAnswer(answers)
-	if top == "" || float64(votes) < d.exit.Agreement*float64(len(answers))-1e-9 {
-		return false
-	}
-	return d.exit.MinConfidence <= 0 || conf/float64(len(answers)) >= d.exit.MinConfidence
-}
-
-// cancel cancels call id where it is: one not yet submitted will not run; a submitted one is
-// stopped by the backend, which reports it later (EventCancelled, or EventDone when it
-// finished first). For the calls that read it, it is finished now, without an answer.
-func (d *Driver) cancel(id int, now time.Duration, released []CallRef, events *[]Event) []CallRef {
-	cs := &d.calls[id]
-	cs.open = false
-	switch cs.status {
-	case callWaiting, callReady, callTool:
-		cs.status = callCancelled
-	case callSubmitted:
-		cs.status, cs.ran = callCancelling, true
-		d.stopping++
-		if err := d.backend.Cancel(cs.worker, id); err != nil && d.fatal == nil {
-			d.fatal = fmt.Errorf("cancelling call %d on worker %d: %w", id, cs.worker, err)
-		}
-	default:
-		return released
-	}
-	d.cancelledAt[id] = now
-	d.counts(cs).expected--
-	d.counts(cs).remaining--
-	d.total--
-	if cs.status == callCancelled && !d.tool(cs) {
-		*events = append(*events, Event{Kind: EventCancelled, At: now, Worker: -1, Model: cs.call.Model, Call: d.refPtr(id)})
-	}
-	return d.settle(id, now, released, events)
-}
-
-// skip records that the rule skipped gated call id.
-func (d *Driver) skip(id int, dec Decision, now time.Duration, events *[]Event) {
-	cs := &d.calls[id]
-	cs.status = callSkipped
-	cs.answer = dec.Majority
-	cs.ready = now
-	c := cs.call
-	for _, in := range c.Inputs {
-		if p := &d.calls[d.first[c.Query]+in.From]; dec.Majority != "" && !d.tool(p) && p.answer == dec.Majority {
-			cs.pass = int32(in.Tokens)
-			break
-		}
-	}
-	d.counts(cs).expected--
-	d.counts(cs).remaining--
-	d.total--
-	d.queries[c.Query].skipped++
-	*events = append(*events, Event{Kind: EventSkipped, At: now, Query: c.Query, Call: d.refPtr(id)})
-}
-
-// adjustInputs gives call id a prompt of what its inputs really forward: nothing from a
-// failed, cancelled or unfinished input, and from a skipped one the response that carried its
-// majority answer. The
-// workload's call is shared, so a changed call becomes the Driver's copy.
-func (d *Driver) adjustInputs(id int) {
-	cs := &d.calls[id]
-	c := cs.call
-	base := d.first[c.Query]
-	tokens := c.PromptTokens
-	for _, in := range c.Inputs {
-		switch p := &d.calls[base+in.From]; p.status {
-		case callDone:
-			tokens += in.Tokens
-		case callSkipped:
-			tokens += int(p.pass)
-		}
-	}
-	if tokens != c.InputTokens && !c.IsTool() {
-		cp := *c
-		cp.InputTokens = max(1, tokens)
-		cs.call = &cp
-	}
-}
-
-// tool reports whether the call is a tool step (from the Driver's state: the workload's call
-// is a pointer away, and parents are read for every call that reads them).
-func (d *Driver) tool(cs *callState) bool { return int(cs.model) == len(d.models) }
-
-func (d *Driver) counts(cs *callState) *counts {
-	return &d.expect[cs.call.Layer][cs.model]
-}
-
-// completeQuery records a query's final answer: its final call's, or its final calls' top
-// answer.
-func (d *Driver) completeQuery(qi int, now time.Duration) {
-	qs := &d.queries[qi]
-	qs.complete = true
-	qs.end = now
-	d.pending--
-	q := &d.workload.Queries[qi]
-	var answers []string
-	for i := range q.Calls {
-		id := d.first[qi] + i
-		if st := d.calls[id].status; d.childAt[id+1] == d.childAt[id] && st != callCancelled && st != callCancelling {
-			answers = append(answers, d.calls[id].answer)
-		}
-	}
-	if len(answers) == 1 {
-		qs.final = answers[0]
-	} else {
-		qs.final, _ = traces.TopAnswer(answers)
-	}
-}
-
 // handle updates the state for a backend event and returns the events it causes.
 func (d *Driver) handle(ev Event) ([]Event, error) {
 	switch ev.Kind {
@@ -908,51 +516,6 @@ func (d *Driver) handle(ev Event) ([]Event, error) {
 		return nil, d.stopped(&ev)
 	}
 	return nil, fmt.Errorf("backend sent unexpected %s event", ev.Kind)
-}
-
-// timersDue runs the Driver's deadlines up to now: arrivals, tool steps that end, and the
-// policy's wake-ups.
-func (d *Driver) timersDue(now time.Duration) ([]Event, error) {
-	delete(d.waking, now)
-	var released []CallRef
-	var skipped []Event
-	wake := false
-	for len(d.timers) > 0 && d.timers[0].at <= now {
-		t := d.timers.pop()
-		switch t.kind {
-		case timerArrival:
-			for d.arrived < len(d.arrivals) && d.workload.Queries[d.arrivals[d.arrived]].Arrival <= now {
-				released = d.arrive(d.arrivals[d.arrived], now, released)
-				d.arrived++
-			}
-			if d.arrived < len(d.arrivals) {
-				d.addTimer(timer{at: d.workload.Queries[d.arrivals[d.arrived]].Arrival, kind: timerArrival})
-			}
-		case timerTool:
-			cs := &d.calls[t.id]
-			if cs.status != callTool {
-				continue // cancelled
-			}
-			cs.status = callDone
-			cs.answer = cs.call.Answer
-			cs.timing.End = t.at
-			d.counts(cs).remaining--
-			d.done++
-			d.record(t.id)
-			released = d.settle(t.id, t.at, released, &skipped)
-		case timerPolicy:
-			wake = true
-		}
-	}
-	var out []Event
-	out = append(out, skipped...)
-	if len(released) > 0 {
-		out = append(out, Event{Kind: EventReleased, At: now, Calls: released})
-	}
-	if wake {
-		out = append(out, Event{Kind: EventTimer, At: now})
-	}
-	return out, nil
 }
 
 // record reports a finished call to the hooks.
@@ -1008,13 +571,9 @@ func (d *Driver) finish(ev *Event) ([]Event, error) {
 	d.counts(cs).remaining--
 	d.done++
 	d.record(id)
-	var skipped []Event
-	released := d.settle(id, ev.At, nil, &skipped)
-	out := skipped
-	if len(released) > 0 {
-		out = append(out, Event{Kind: EventReleased, At: ev.At, Calls: released})
-	}
-	return out, nil
+	var fx effects
+	d.settle(id, ev.At, &fx)
+	return fx.flush(nil, ev.At), nil
 }
 
 // stopped records that a cancelled call left its worker: stopped (EventCancelled), or done or
@@ -1047,249 +606,3 @@ func (d *Driver) dropped(id int) error {
 	d.ws[cs.worker].inflight[cs.model]--
 	return nil
 }
-
-// apply checks and carries out actions.
-func (d *Driver) apply(acts []Action) error {
-	for _, a := range acts {
-		if err := d.do(a); err != nil {
-			return fmt.Errorf("policy %s at %v: %s: %w", d.policy.Name(), d.backend.Now(), a, err)
-		}
-	}
-	return nil
-}
-
-func (d *Driver) do(a Action) error {
-	if a.Kind == ActWake {
-		if a.At < 0 {
-			return errors.New("a wake-up time must not be negative")
-		}
-		d.addTimer(timer{at: a.At, kind: timerPolicy})
-		return nil
-	}
-	if a.Kind == ActCancel {
-		if a.CallID < 0 || a.CallID >= len(d.calls) {
-			return errors.New("no such call")
-		}
-		switch st := d.calls[a.CallID].status; st {
-		case callWaiting, callReady, callSubmitted, callTool:
-		default:
-			return fmt.Errorf("the call is %s", st)
-		}
-		var events []Event
-		released := d.cancel(a.CallID, d.backend.Now(), nil, &events)
-		d.derived = append(d.derived, events...)
-		if len(released) > 0 {
-			d.derived = append(d.derived, Event{Kind: EventReleased, At: d.backend.Now(), Calls: released})
-		}
-		return d.fatal
-	}
-	if a.Worker < 0 || int(a.Worker) >= d.workers {
-		return fmt.Errorf("no worker %d (the cluster has %d)", a.Worker, d.workers)
-	}
-	ws := &d.ws[a.Worker]
-	switch a.Kind {
-	case ActLoad:
-		if _, ok := d.byName[a.Model]; !ok {
-			return fmt.Errorf("unknown model %q", a.Model)
-		}
-		if d.holds(a.Worker, a.Model) {
-			return errors.New("the worker already holds it")
-		}
-		if _, ok := ws.loading[a.Model]; ok {
-			return errors.New("the worker is already loading it")
-		}
-		if !d.Fits(a.Worker, a.Model) {
-			return fmt.Errorf("it does not fit next to %v (memory fractions sum above 1)", d.resident(a.Worker))
-		}
-		if err := d.backend.Load(a.Worker, a.Model); err != nil {
-			return err
-		}
-		ws.loading[a.Model] = d.backend.Now()
-	case ActUnload:
-		if !d.holds(a.Worker, a.Model) {
-			return errors.New("the worker does not hold it")
-		}
-		if n := ws.inflight[d.byName[a.Model]]; n > 0 {
-			return fmt.Errorf("%d of its calls are in flight there", n)
-		}
-		if err := d.backend.Unload(a.Worker, a.Model); err != nil {
-			return err
-		}
-		for i, m := range ws.holds {
-			if m == a.Model {
-				ws.holds = append(ws.holds[:i:i], ws.holds[i+1:]...)
-				break
-			}
-		}
-		ws.unloading[a.Model] = d.backend.Now()
-	case ActSubmit:
-		if a.CallID < 0 || a.CallID >= len(d.calls) {
-			return errors.New("no such call")
-		}
-		cs := &d.calls[a.CallID]
-		if cs.status != callReady {
-			return fmt.Errorf("the call is %s, not ready", cs.status)
-		}
-		if !d.holds(a.Worker, cs.call.Model) {
-			return fmt.Errorf("the worker does not hold %s", cs.call.Model)
-		}
-		if cs.open {
-			cp := *cs.call
-			cp.InputTokens = d.known(a.CallID)
-			if err := d.grower.SubmitOpen(a.Worker, &cp); err != nil {
-				return err
-			}
-			cs.sent = int32(cp.InputTokens)
-		} else if err := d.backend.Submit(a.Worker, cs.call); err != nil {
-			return err
-		}
-		cs.status = callSubmitted
-		cs.worker = a.Worker
-		ws.inflight[cs.model]++
-	default:
-		return fmt.Errorf("unknown action kind %d", a.Kind)
-	}
-	return nil
-}
-
-func (d *Driver) holds(w WorkerID, model string) bool {
-	return slices.Contains(d.ws[w].holds, model)
-}
-
-func (d *Driver) resident(w WorkerID) []string {
-	ws := &d.ws[w]
-	out := append([]string(nil), ws.holds...)
-	for m := range ws.loading {
-		out = append(out, m)
-	}
-	for m := range ws.unloading {
-		out = append(out, m)
-	}
-	sort.Strings(out[len(ws.holds):])
-	return out
-}
-
-// View implementation.
-
-// Now implements View.
-func (d *Driver) Now() time.Duration { return d.backend.Now() }
-
-// Workers implements View.
-func (d *Driver) Workers() int { return d.workers }
-
-// Models implements View.
-func (d *Driver) Models() []ModelInfo { return append([]ModelInfo(nil), d.models...) }
-
-// Model implements View.
-func (d *Driver) Model(name string) (ModelInfo, bool) {
-	i, ok := d.byName[name]
-	if !ok {
-		return ModelInfo{}, false
-	}
-	return d.models[i], true
-}
-
-// Holds implements View.
-func (d *Driver) Holds(w WorkerID) []string { return append([]string(nil), d.ws[w].holds...) }
-
-// Holding implements View.
-func (d *Driver) Holding(w WorkerID, model string) bool { return slices.Contains(d.ws[w].holds, model) }
-
-// Loading implements View.
-func (d *Driver) Loading(w WorkerID) []string {
-	var out []string
-	for m := range d.ws[w].loading {
-		out = append(out, m)
-	}
-	sort.Strings(out)
-	return out
-}
-
-// Fits implements View.
-func (d *Driver) Fits(w WorkerID, model string) bool {
-	i, ok := d.byName[model]
-	if !ok {
-		return false
-	}
-	used := d.models[i].Memory
-	for _, m := range d.resident(w) {
-		used += d.models[d.byName[m]].Memory
-	}
-	return used <= 1+1e-9
-}
-
-// InFlight implements View.
-func (d *Driver) InFlight(w WorkerID, model string) int {
-	if model != "" {
-		mi, ok := d.byName[model]
-		if !ok {
-			return 0
-		}
-		return d.ws[w].inflight[mi]
-	}
-	n := 0
-	for _, v := range d.ws[w].inflight {
-		n += v
-	}
-	return n
-}
-
-// Ready implements View.
-func (d *Driver) Ready() []CallRef {
-	kept := d.order[:0]
-	var out []CallRef
-	for _, id := range d.order {
-		if d.calls[id].status == callReady {
-			kept = append(kept, id)
-			out = append(out, d.ref(id))
-		}
-	}
-	d.order = kept
-	return out
-}
-
-// Expected implements View.
-func (d *Driver) Expected(layer int, model string) int {
-	return d.sum(layer, model, func(c counts) int { return c.expected })
-}
-
-// Remaining implements View.
-func (d *Driver) Remaining(layer int, model string) int {
-	return d.sum(layer, model, func(c counts) int { return c.remaining })
-}
-
-func (d *Driver) sum(layer int, model string, f func(counts) int) int {
-	lo, hi := layer, layer+1
-	if layer == AnyLayer {
-		lo, hi = 0, d.layers
-	}
-	if lo < 0 || hi > d.layers {
-		return 0
-	}
-	mi := -1
-	if model != "" {
-		var ok bool
-		if mi, ok = d.byName[model]; !ok {
-			return 0
-		}
-	}
-	n := 0
-	for l := lo; l < hi; l++ {
-		if mi >= 0 {
-			n += f(d.expect[l][mi])
-			continue
-		}
-		for _, c := range d.expect[l] {
-			n += f(c)
-		}
-	}
-	return n
-}
-
-// Layers implements View.
-func (d *Driver) Layers() int { return d.layers }
-
-// Queries implements View.
-func (d *Driver) Queries() int { return len(d.workload.Queries) }
-
-var _ View = (*Driver)(nil)
