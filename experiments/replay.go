@@ -29,8 +29,19 @@ import (
 
 // replayConfig validates [replay] and builds the backend configuration.
 func (r *Resolved) replayConfig() (replay.Config, error) {
-	e := r.Experiment
-	rp := e.Replay
+	cfg := r.replayServers()
+	for _, step := range []func(*replay.Config) error{r.replayDevices, r.replayCaching, r.replayEndpoints, r.replayLimits, r.replayAPI} {
+		if err := step(&cfg); err != nil {
+			return cfg, err
+		}
+	}
+	return cfg, nil
+}
+
+// replayServers is the backend configuration of the cluster and its models as the experiment
+// resolves them, with [replay]'s settings that need no check.
+func (r *Resolved) replayServers() replay.Config {
+	rp := r.Experiment.Replay
 	W := r.NumWorkers()
 	cfg := replay.Config{Workers: W, Models: map[string]replay.Model{}, Command: rp.Command, Env: rp.Env,
 		GPUName: r.GPU.Name, GPUs: rp.GPUs, HealthTimeout: rp.HealthTimeout,
@@ -57,9 +68,13 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 			}
 		}
 	}
-	if err := r.replayDevices(&cfg); err != nil {
-		return cfg, err
-	}
+	return cfg
+}
+
+// replayCaching checks and applies [replay] prefix_caching and admission_poll.
+func (r *Resolved) replayCaching(cfg *replay.Config) error {
+	e := r.Experiment
+	rp := e.Replay
 	switch rp.PrefixCaching {
 	case "":
 		cfg.PrefixCaching = len(r.Models) > 0 && r.Models[0].PrefixCaching
@@ -67,47 +82,56 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 	case "workload":
 		cfg.PrefixCaching = true
 	default:
-		return cfg, e.errorf("replay.prefix_caching", "unknown value %q (known: off, workload)", rp.PrefixCaching)
+		return e.errorf("replay.prefix_caching", "unknown value %q (known: off, workload)", rp.PrefixCaching)
 	}
 	if rp.AdmissionPoll != nil {
 		if *rp.AdmissionPoll < 0 || (*rp.AdmissionPoll > 0 && *rp.AdmissionPoll < time.Millisecond) {
-			return cfg, e.errorf("replay.admission_poll", "%v is not a duration of at least 1ms (or \"0s\" for none)", *rp.AdmissionPoll)
+			return e.errorf("replay.admission_poll", "%v is not a duration of at least 1ms (or \"0s\" for none)", *rp.AdmissionPoll)
 		}
 		cfg.AdmissionPoll = *rp.AdmissionPoll
 	}
+	return nil
+}
+
+// replayEndpoints checks [replay] mode and the endpoints, which must serve every model on every
+// worker that can hold it.
+func (r *Resolved) replayEndpoints(cfg *replay.Config) error {
+	e := r.Experiment
+	rp := e.Replay
+	W := r.NumWorkers()
 	switch rp.Mode {
 	case "":
 	case "attach":
 		if len(rp.Endpoints) == 0 {
-			return cfg, e.errorf("replay.mode", "attach needs [[replay.endpoint]] tables (worker, url[, model])")
+			return e.errorf("replay.mode", "attach needs [[replay.endpoint]] tables (worker, url[, model])")
 		}
 	case "launch":
 		if len(rp.Endpoints) > 0 {
-			return cfg, e.errorf("replay.endpoint", "launch mode starts its own servers: remove the endpoints or use mode = \"attach\"")
+			return e.errorf("replay.endpoint", "launch mode starts its own servers: remove the endpoints or use mode = \"attach\"")
 		}
 	default:
-		return cfg, e.errorf("replay.mode", "unknown mode %q (known: attach, launch)", rp.Mode)
+		return e.errorf("replay.mode", "unknown mode %q (known: attach, launch)", rp.Mode)
 	}
 	for i, ep := range rp.Endpoints {
 		key := fmt.Sprintf("replay.endpoint[%d]", i)
 		if ep.Worker < 0 || ep.Worker >= W {
-			return cfg, e.errorf(key+".worker", "no worker %d (the cluster has %d)", ep.Worker, W)
+			return e.errorf(key+".worker", "no worker %d (the cluster has %d)", ep.Worker, W)
 		}
 		if ep.Model != "" {
 			if _, ok := r.Model(ep.Model); !ok {
-				return cfg, e.errorf(key+".model", "no [[model]] is named %q", ep.Model)
+				return e.errorf(key+".model", "no [[model]] is named %q", ep.Model)
 			}
 		}
 		if ep.URL == "" {
-			return cfg, e.errorf(key+".url", "missing")
+			return e.errorf(key+".url", "missing")
 		}
 		u, err := url.Parse(ep.URL)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return cfg, e.errorf(key+".url", "%q is not an http(s) URL such as http://127.0.0.1:8000", ep.URL)
+			return e.errorf(key+".url", "%q is not an http(s) URL such as http://127.0.0.1:8000", ep.URL)
 		}
 		if p := u.Port(); p != "" {
 			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-				return cfg, e.errorf(key+".url", "%q has an invalid port", ep.URL)
+				return e.errorf(key+".url", "%q has an invalid port", ep.URL)
 			}
 		}
 		cfg.Endpoints = append(cfg.Endpoints, replay.Endpoint{Worker: ep.Worker, Model: ep.Model, URL: ep.URL})
@@ -120,7 +144,7 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 					continue // its GPUs cannot hold the model: no policy loads it there
 				}
 				if !covered(cfg.Endpoints, w, m.Name) {
-					return cfg, e.errorf("replay.endpoint", "no endpoint serves model %s on worker %d: list one with worker = %d (and model = %q, or no model for all of the worker's models)", m.Name, w, w, m.Name)
+					return e.errorf("replay.endpoint", "no endpoint serves model %s on worker %d: list one with worker = %d (and model = %q, or no model for all of the worker's models)", m.Name, w, w, m.Name)
 				}
 			}
 		}
@@ -128,12 +152,20 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 			cfg.HealthTimeout = time.Minute // attached servers are already up
 		}
 	}
+	return nil
+}
+
+// replayLimits checks and applies the calls' limits: concurrency, retries, a dead worker, the
+// time scale and the timeouts.
+func (r *Resolved) replayLimits(cfg *replay.Config) error {
+	e := r.Experiment
+	rp := e.Replay
 	if rp.MaxConcurrency < 0 || (rp.MaxConcurrency == 0 && e.has("replay.max_concurrency")) {
-		return cfg, e.errorf("replay.max_concurrency", "must be at least 1, got %d (leave it out for the engine's max_num_seqs)", rp.MaxConcurrency)
+		return e.errorf("replay.max_concurrency", "must be at least 1, got %d (leave it out for the engine's max_num_seqs)", rp.MaxConcurrency)
 	}
 	if rp.Retries != nil {
 		if *rp.Retries < 0 {
-			return cfg, e.errorf("replay.retries", "must not be negative")
+			return e.errorf("replay.retries", "must not be negative")
 		}
 		cfg.Retries = *rp.Retries
 	}
@@ -142,40 +174,47 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 	case "continue":
 		cfg.StopOnDeadWorker = false
 	default:
-		return cfg, e.errorf("replay.on_dead_worker", "unknown value %q (known: stop, continue)", rp.OnDeadWorker)
+		return e.errorf("replay.on_dead_worker", "unknown value %q (known: stop, continue)", rp.OnDeadWorker)
 	}
 	if rp.TimeScale < 0 {
-		return cfg, e.errorf("replay.time_scale", "must be positive")
+		return e.errorf("replay.time_scale", "must be positive")
 	}
 	for name, d := range map[string]time.Duration{"health_timeout": rp.HealthTimeout, "request_timeout": rp.RequestTimeout,
 		"connect_timeout": rp.ConnectTimeout, "first_token_timeout": rp.FirstTokenTimeout, "idle_timeout": rp.IdleTimeout} {
 		if d < 0 || (d == 0 && e.has("replay."+name)) {
-			return cfg, e.errorf("replay."+name, "must be positive, got %v", d)
+			return e.errorf("replay."+name, "must be positive, got %v", d)
 		}
 		if d != 0 && d < time.Millisecond {
-			return cfg, e.errorf("replay."+name, "%v is too short; write a duration with its unit, e.g. \"600s\"", d)
+			return e.errorf("replay."+name, "%v is too short; write a duration with its unit, e.g. \"600s\"", d)
 		}
 	}
 	if rp.RetryBackoff < 0 || (rp.RetryBackoff == 0 && e.has("replay.retry_backoff")) || (rp.RetryBackoff > 0 && rp.RetryBackoff < time.Millisecond) {
-		return cfg, e.errorf("replay.retry_backoff", "%v is not a duration of at least 1ms; write it with its unit, e.g. \"0.5s\"", rp.RetryBackoff)
+		return e.errorf("replay.retry_backoff", "%v is not a duration of at least 1ms; write it with its unit, e.g. \"0.5s\"", rp.RetryBackoff)
 	}
 	cfg.RetryBackoff = rp.RetryBackoff
+	return nil
+}
+
+// replayAPI checks and applies the servers' protocol and its settings, and the API key.
+func (r *Resolved) replayAPI(cfg *replay.Config) error {
+	e := r.Experiment
+	rp := e.Replay
 	switch replay.API(rp.API) {
 	case "", replay.APIOpenAI:
 		cfg.API = replay.APIOpenAI
 	case replay.APIOllama:
 		cfg.API = replay.APIOllama
 		if len(rp.Endpoints) == 0 {
-			return cfg, e.errorf("replay.api", "ollama replays attached servers: list each worker's `ollama serve` in [[replay.endpoint]] tables (worker, url)")
+			return e.errorf("replay.api", "ollama replays attached servers: list each worker's `ollama serve` in [[replay.endpoint]] tables (worker, url)")
 		}
 	default:
-		return cfg, e.errorf("replay.api", "unknown API %q (known: openai, ollama)", rp.API)
+		return e.errorf("replay.api", "unknown API %q (known: openai, ollama)", rp.API)
 	}
 	if rp.PromptWords < 0 || (rp.PromptWords > 0 && rp.PromptWords < 2) || (rp.PromptWords == 0 && e.has("replay.prompt_words")) {
-		return cfg, e.errorf("replay.prompt_words", "must be at least 2, got %d", rp.PromptWords)
+		return e.errorf("replay.prompt_words", "must be at least 2, got %d", rp.PromptWords)
 	}
 	if rp.PromptWords > 0 && cfg.API != replay.APIOllama {
-		return cfg, e.errorf("replay.prompt_words", "only text prompts (api = \"ollama\") draw words; the openai API sends token IDs")
+		return e.errorf("replay.prompt_words", "only text prompts (api = \"ollama\") draw words; the openai API sends token IDs")
 	}
 	cfg.PromptWords = rp.PromptWords
 	cfg.ResetPrefixCache = len(cfg.Endpoints) > 0 && cfg.API == replay.APIOpenAI
@@ -185,10 +224,10 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 	if rp.APIKeyEnv != "" {
 		cfg.APIKey = os.Getenv(rp.APIKeyEnv)
 		if cfg.APIKey == "" {
-			return cfg, e.errorf("replay.api_key_env", "the environment variable %s is empty or unset", rp.APIKeyEnv)
+			return e.errorf("replay.api_key_env", "the environment variable %s is empty or unset", rp.APIKeyEnv)
 		}
 	}
-	return cfg, nil
+	return nil
 }
 
 // replayDevices gives every worker its CUDA devices: its GPUs (Resolved.GPUsOf: as many as
