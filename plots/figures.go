@@ -447,198 +447,229 @@ func simVsReplayFigure(pairs []SimVsReplayPair, opt Options) (*canvasFigure, str
 	if len(pairs) == 0 {
 		return nil, "no replay rows: the summaries hold no (experiment, policy) run in both mode=sim and mode=replay"
 	}
-	simColour, replayColour := OkabeIto[0], OkabeIto[1]
-	legend := []legendEntry{
-		{"simulated", fillSwatch(simColour, false, true)},
-		{"measured (replay)", fillSwatch(replayColour, true, true)},
-	}
-	var seeds seedCounts
-	failed, simFailed, partial := 0, 0, 0
-	for _, p := range pairs {
-		for _, st := range []Stat{p.Sim, p.Replay, p.SimSpeedup, p.ReplaySpeedup} {
-			seeds.add(st, opt.Spread)
-		}
-		failed, partial = failed+p.Failed, partial+p.Partial
-	}
-	for _, p := range distinct(pairs, func(p SimVsReplayPair) [2]string { return [2]string{p.Experiment, p.Policy} }) {
-		for _, q := range pairs {
-			if q.Experiment == p[0] && q.Policy == p[1] {
-				simFailed += q.SimFailed // the same in every setup's pair
-				break
-			}
-		}
-	}
-	if seeds.any() {
-		legend = append(legend, legendEntry{seeds.label(opt.Spread), errSwatch})
-	}
-
-	// One row of panels per experiment and setup measured: the makespans, then the speedups.
-	type group struct {
-		exp   string
-		setup Setup
-	}
-	groups := distinct(pairs, func(p SimVsReplayPair) group { return group{p.Experiment, p.Setup} })
-	titles := make([]string, len(groups))
-	for i, g := range groups {
-		titles[i] = g.exp
-		n := 0
-		for _, h := range groups {
-			if h.exp == g.exp {
-				n++
-			}
-		}
-		if n > 1 { // replayed on several setups: tell them apart
-			titles[i] += " (" + cmp.Or(g.setup.Engine, g.setup.Hardware, "setup "+strconv.Itoa(i+1)) + ")"
-		}
-	}
-	side := wide(opt)
-	panelW := opt.Width
-	if side {
-		panelW /= 2
-	}
-	label := textStyle(noteSize)
-	label.XAlign = draw.XCenter
-	vertical := textStyle(noteSize)
-	vertical.Rotation, vertical.XAlign, vertical.YAlign = math.Pi/2, draw.XLeft, draw.YCenter
-	// bars draws per pair the simulated and measured value of stat, the text above the pair
-	// and, in place of a missing bar, why it is missing; it returns the top of the drawing.
-	bars := func(p *plot.Plot, ps []SimVsReplayPair, stat func(SimVsReplayPair) [2]Stat, above func(SimVsReplayPair) string, why func(SimVsReplayPair, int) string) float64 {
-		bs := &boxes{}
-		var errs errBars
-		var texts notes
-		top := 0.0
-		for g, pr := range ps {
-			peak := 0.0
-			for i, st := range stat(pr) {
-				x, w := barX(g, i, 2), groupWidth/2
-				if st.N == 0 {
-					texts = append(texts, note{x: x, y: 0, dy: 2, text: why(pr, i), style: vertical})
-					continue
-				}
-				bs.items = append(bs.items, box{x0: x - w/2, x1: x + w/2, y0: 0, y1: st.Mean,
-					fill: []color.Color{simColour, replayColour}[i], hatch: i == 1, outline: true})
-				peak = math.Max(peak, st.Mean)
-				if hasSpread(st, opt.Spread) {
-					lo, hi := st.Range(opt.Spread)
-					errs = append(errs, errBar{x: x, lo: lo, hi: hi, halfCap: w / 4})
-					peak = math.Max(peak, hi)
-				}
-			}
-			if t := above(pr); t != "" {
-				texts = append(texts, note{x: float64(g), y: peak, dy: 2, text: t, style: label})
-			}
-			top = math.Max(top, peak)
-		}
-		p.Add(bs, errs, texts)
-		return top
-	}
-	star := func(pr SimVsReplayPair) string {
-		if pr.Partial > 0 {
-			return "*"
-		}
-		return ""
-	}
+	sv := newSimVsReplay(pairs, opt)
 	var grid [][]*plot.Plot
 	var baselineNotes []string
-	for gi, g := range groups {
-		var ps []SimVsReplayPair
-		var names []string
-		for _, pr := range pairs {
-			if (group{pr.Experiment, pr.Setup}) == g {
-				ps = append(ps, pr)
-				names = append(names, pr.Policy)
-			}
+	for gi, g := range sv.groups {
+		mk, sp, note := sv.panels(gi, g)
+		if note != "" {
+			baselineNotes = append(baselineNotes, note)
 		}
-		mk := newPanel("", "end-to-end makespan (s)")
-		if len(groups) > 1 {
-			mk.Title.Text = titles[gi]
-			mk.Title.TextStyle.XAlign = draw.XLeft
-		}
-		horizontalGrid(mk)
-		top := bars(mk, ps, func(pr SimVsReplayPair) [2]Stat { return [2]Stat{pr.Sim, pr.Replay} },
-			func(pr SimVsReplayPair) string {
-				if math.IsNaN(pr.ErrorPct) {
-					return ""
-				}
-				return fmt.Sprintf("%+.1f%%", pr.ErrorPct) + star(pr)
-			},
-			func(SimVsReplayPair, int) string { return "failed" })
-		if top <= 0 {
-			top = 1 // nothing measured or simulated: an empty axis
-		}
-		mk.Y.Min, mk.Y.Max = 0, top*1.15
-
-		simBase, replayBase := ps[0].SimBaseline, ps[0].ReplayBaseline
-		// Short enough to stand beside the panel without running into the caption; the
-		// baseline's bar, at 1, names the policy it is over.
-		yLabel := "e2e speedup (×)"
-		if simBase != replayBase {
-			baselineNotes = append(baselineNotes, fmt.Sprintf("%s: the simulated speedups are over %s, the measured ones over %s.", titles[gi], simBase, replayBase))
-		}
-		sp := newPanel("", yLabel)
-		horizontalGrid(sp)
-		sp.Add(refLine{value: 1, style: draw.LineStyle{Color: refGrey, Width: vg.Points(0.6), Dashes: []vg.Length{vg.Points(2), vg.Points(1.5)}}})
-		top = bars(sp, ps, func(pr SimVsReplayPair) [2]Stat { return [2]Stat{pr.SimSpeedup, pr.ReplaySpeedup} },
-			func(pr SimVsReplayPair) string {
-				if math.IsNaN(pr.SpeedupDiff) || pr.Policy == pr.SimBaseline && pr.Policy == pr.ReplayBaseline {
-					return "" // the baseline's speedups are 1 by definition
-				}
-				return fmt.Sprintf("%+.2f×", pr.SpeedupDiff) + star(pr)
-			},
-			func(pr SimVsReplayPair, i int) string {
-				if [2]Stat{pr.Sim, pr.Replay}[i].N == 0 {
-					return "failed"
-				}
-				return "n/a"
-			})
-		sp.Y.Min, sp.Y.Max = 0, math.Max(top, 1)*1.15
-		sp.Y.Tick.Marker = roundTicks{}
-
-		for _, p := range []*plot.Plot{mk, sp} {
-			nominalX(p, names...)
-			rotateIfCrowded(p, names, panelW)
-			p.X.Padding = 0
-		}
-		if side {
+		if sv.side {
 			grid = append(grid, []*plot.Plot{mk, sp})
 		} else {
 			grid = append(grid, []*plot.Plot{mk}, []*plot.Plot{sp})
 		}
 	}
-
-	// The caption: what was measured, what the numbers above the bars are, what was left out.
-	var caption []string
-	if setups := distinct(groups, func(g group) Setup { return g.setup }); len(setups) == 1 {
-		caption = append(caption, "Measured on "+setupText(setups[0])+".")
-	} else {
-		for i, g := range groups {
-			caption = append(caption, titles[i]+": measured on "+setupText(g.setup)+".")
-		}
-	}
-	caption = append(caption, "Above the bars: the simulator's makespan error, (simulated - measured) / measured, and the measured speedup less the simulated one.")
-	caption = append(caption, baselineNotes...)
-	if partial > 0 {
-		caption = append(caption, fmt.Sprintf("* Measured over the queries that completed under every policy (status partial: %s).", runs(partial, "replay")))
-	}
-	if failed+simFailed > 0 {
-		var left []string
-		if failed > 0 {
-			left = append(left, runs(failed, "replay"))
-		}
-		if simFailed > 0 {
-			left = append(left, runs(simFailed, "simulated"))
-		}
-		caption = append(caption, "Left out: "+strings.Join(left, " and ")+" whose calls failed (status failed).")
-	}
-
-	f := &canvasFigure{width: opt.Width, legend: legend, caption: caption}
-	if side {
+	f := &canvasFigure{width: opt.Width, legend: sv.legend, caption: sv.caption(baselineNotes)}
+	if sv.side {
 		f.panelHeight = vg.Length(len(grid)) * 1.9 * vg.Inch
 	} else {
 		f.panelHeight = vg.Length(len(grid)) * 1.7 * vg.Inch
 	}
 	f.panels = func(c draw.Canvas) { drawGrid(c, grid, tilePad) }
 	return f, ""
+}
+
+// simVsReplay draws the sim-vs-replay figure: one row of panels per experiment and setup
+// measured, the makespans then the speedups.
+type simVsReplay struct {
+	pairs                      []SimVsReplayPair
+	opt                        Options
+	groups                     []simVsReplayGroup
+	titles                     []string
+	legend                     []legendEntry
+	failed, simFailed, partial int
+	side                       bool // the two panels side by side, not one above the other
+	panelW                     vg.Length
+	label, vertical            draw.TextStyle
+}
+
+// simVsReplayGroup is the pairs of one experiment measured on one setup.
+type simVsReplayGroup struct {
+	exp   string
+	setup Setup
+}
+
+var simColour, replayColour = OkabeIto[0], OkabeIto[1]
+
+func newSimVsReplay(pairs []SimVsReplayPair, opt Options) *simVsReplay {
+	sv := &simVsReplay{pairs: pairs, opt: opt, side: wide(opt), panelW: opt.Width}
+	sv.legend = []legendEntry{
+		{"simulated", fillSwatch(simColour, false, true)},
+		{"measured (replay)", fillSwatch(replayColour, true, true)},
+	}
+	var seeds seedCounts
+	for _, p := range pairs {
+		for _, st := range []Stat{p.Sim, p.Replay, p.SimSpeedup, p.ReplaySpeedup} {
+			seeds.add(st, opt.Spread)
+		}
+		sv.failed, sv.partial = sv.failed+p.Failed, sv.partial+p.Partial
+	}
+	for _, p := range distinct(pairs, func(p SimVsReplayPair) [2]string { return [2]string{p.Experiment, p.Policy} }) {
+		for _, q := range pairs {
+			if q.Experiment == p[0] && q.Policy == p[1] {
+				sv.simFailed += q.SimFailed // the same in every setup's pair
+				break
+			}
+		}
+	}
+	if seeds.any() {
+		sv.legend = append(sv.legend, legendEntry{seeds.label(opt.Spread), errSwatch})
+	}
+	sv.groups = distinct(pairs, func(p SimVsReplayPair) simVsReplayGroup { return simVsReplayGroup{p.Experiment, p.Setup} })
+	sv.titles = make([]string, len(sv.groups))
+	for i, g := range sv.groups {
+		sv.titles[i] = g.exp
+		n := 0
+		for _, h := range sv.groups {
+			if h.exp == g.exp {
+				n++
+			}
+		}
+		if n > 1 { // replayed on several setups: tell them apart
+			sv.titles[i] += " (" + cmp.Or(g.setup.Engine, g.setup.Hardware, "setup "+strconv.Itoa(i+1)) + ")"
+		}
+	}
+	if sv.side {
+		sv.panelW /= 2
+	}
+	sv.label = textStyle(noteSize)
+	sv.label.XAlign = draw.XCenter
+	sv.vertical = textStyle(noteSize)
+	sv.vertical.Rotation, sv.vertical.XAlign, sv.vertical.YAlign = math.Pi/2, draw.XLeft, draw.YCenter
+	return sv
+}
+
+// bars draws per pair the simulated and measured value of stat, the text above the pair and,
+// in place of a missing bar, why it is missing; it returns the top of the drawing.
+func (sv *simVsReplay) bars(p *plot.Plot, ps []SimVsReplayPair, stat func(SimVsReplayPair) [2]Stat, above func(SimVsReplayPair) string, why func(SimVsReplayPair, int) string) float64 {
+	bs := &boxes{}
+	var errs errBars
+	var texts notes
+	top := 0.0
+	for g, pr := range ps {
+		peak := 0.0
+		for i, st := range stat(pr) {
+			x, w := barX(g, i, 2), groupWidth/2
+			if st.N == 0 {
+				texts = append(texts, note{x: x, y: 0, dy: 2, text: why(pr, i), style: sv.vertical})
+				continue
+			}
+			bs.items = append(bs.items, box{x0: x - w/2, x1: x + w/2, y0: 0, y1: st.Mean,
+				fill: []color.Color{simColour, replayColour}[i], hatch: i == 1, outline: true})
+			peak = math.Max(peak, st.Mean)
+			if hasSpread(st, sv.opt.Spread) {
+				lo, hi := st.Range(sv.opt.Spread)
+				errs = append(errs, errBar{x: x, lo: lo, hi: hi, halfCap: w / 4})
+				peak = math.Max(peak, hi)
+			}
+		}
+		if t := above(pr); t != "" {
+			texts = append(texts, note{x: float64(g), y: peak, dy: 2, text: t, style: sv.label})
+		}
+		top = math.Max(top, peak)
+	}
+	p.Add(bs, errs, texts)
+	return top
+}
+
+// star marks a pair measured over part of the queries.
+func star(pr SimVsReplayPair) string {
+	if pr.Partial > 0 {
+		return "*"
+	}
+	return ""
+}
+
+// panels draws group gi's makespan and speedup panels, and says when the two modes' speedups
+// are over different baselines.
+func (sv *simVsReplay) panels(gi int, g simVsReplayGroup) (mk, sp *plot.Plot, baselineNote string) {
+	var ps []SimVsReplayPair
+	var names []string
+	for _, pr := range sv.pairs {
+		if (simVsReplayGroup{pr.Experiment, pr.Setup}) == g {
+			ps = append(ps, pr)
+			names = append(names, pr.Policy)
+		}
+	}
+	mk = newPanel("", "end-to-end makespan (s)")
+	if len(sv.groups) > 1 {
+		mk.Title.Text = sv.titles[gi]
+		mk.Title.TextStyle.XAlign = draw.XLeft
+	}
+	horizontalGrid(mk)
+	top := sv.bars(mk, ps, func(pr SimVsReplayPair) [2]Stat { return [2]Stat{pr.Sim, pr.Replay} },
+		func(pr SimVsReplayPair) string {
+			if math.IsNaN(pr.ErrorPct) {
+				return ""
+			}
+			return fmt.Sprintf("%+.1f%%", pr.ErrorPct) + star(pr)
+		},
+		func(SimVsReplayPair, int) string { return "failed" })
+	if top <= 0 {
+		top = 1 // nothing measured or simulated: an empty axis
+	}
+	mk.Y.Min, mk.Y.Max = 0, top*1.15
+
+	simBase, replayBase := ps[0].SimBaseline, ps[0].ReplayBaseline
+	if simBase != replayBase {
+		baselineNote = fmt.Sprintf("%s: the simulated speedups are over %s, the measured ones over %s.", sv.titles[gi], simBase, replayBase)
+	}
+	// Short enough to stand beside the panel without running into the caption; the baseline's
+	// bar, at 1, names the policy it is over.
+	sp = newPanel("", "e2e speedup (×)")
+	horizontalGrid(sp)
+	sp.Add(refLine{value: 1, style: draw.LineStyle{Color: refGrey, Width: vg.Points(0.6), Dashes: []vg.Length{vg.Points(2), vg.Points(1.5)}}})
+	top = sv.bars(sp, ps, func(pr SimVsReplayPair) [2]Stat { return [2]Stat{pr.SimSpeedup, pr.ReplaySpeedup} },
+		func(pr SimVsReplayPair) string {
+			if math.IsNaN(pr.SpeedupDiff) || pr.Policy == pr.SimBaseline && pr.Policy == pr.ReplayBaseline {
+				return "" // the baseline's speedups are 1 by definition
+			}
+			return fmt.Sprintf("%+.2f×", pr.SpeedupDiff) + star(pr)
+		},
+		func(pr SimVsReplayPair, i int) string {
+			if [2]Stat{pr.Sim, pr.Replay}[i].N == 0 {
+				return "failed"
+			}
+			return "n/a"
+		})
+	sp.Y.Min, sp.Y.Max = 0, math.Max(top, 1)*1.15
+	sp.Y.Tick.Marker = roundTicks{}
+	for _, p := range []*plot.Plot{mk, sp} {
+		nominalX(p, names...)
+		rotateIfCrowded(p, names, sv.panelW)
+		p.X.Padding = 0
+	}
+	return mk, sp, baselineNote
+}
+
+// caption says what was measured, what the numbers above the bars are, and what was left out.
+func (sv *simVsReplay) caption(baselineNotes []string) []string {
+	var caption []string
+	if setups := distinct(sv.groups, func(g simVsReplayGroup) Setup { return g.setup }); len(setups) == 1 {
+		caption = append(caption, "Measured on "+setupText(setups[0])+".")
+	} else {
+		for i, g := range sv.groups {
+			caption = append(caption, sv.titles[i]+": measured on "+setupText(g.setup)+".")
+		}
+	}
+	caption = append(caption, "Above the bars: the simulator's makespan error, (simulated - measured) / measured, and the measured speedup less the simulated one.")
+	caption = append(caption, baselineNotes...)
+	if sv.partial > 0 {
+		caption = append(caption, fmt.Sprintf("* Measured over the queries that completed under every policy (status partial: %s).", runs(sv.partial, "replay")))
+	}
+	if sv.failed+sv.simFailed > 0 {
+		var left []string
+		if sv.failed > 0 {
+			left = append(left, runs(sv.failed, "replay"))
+		}
+		if sv.simFailed > 0 {
+			left = append(left, runs(sv.simFailed, "simulated"))
+		}
+		caption = append(caption, "Left out: "+strings.Join(left, " and ")+" whose calls failed (status failed).")
+	}
+	return caption
 }
 
 // roundTicks labels an axis at multiples of a round step (1, 2, 2.5 or 5 times a power of
