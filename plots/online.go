@@ -2,16 +2,13 @@ package plots
 
 import (
 	"cmp"
-	"encoding/csv"
-	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/mosaic-sched/mosaic/internal/csvx"
 	"github.com/mosaic-sched/mosaic/results"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -28,16 +25,12 @@ const RateColumn = "workload.arrival_rate"
 // spaces, each key by its last dotted part (nil when the file is no sweep's or sweeps the
 // seed only).
 func readSweep(path string) (rates []float64, points []string, err error) {
-	f, err := os.Open(path)
+	r, err := csvx.Open(path, csvx.Options{})
 	if err != nil {
 		return nil, nil, err
 	}
-	defer f.Close()
-	cr := csv.NewReader(f)
-	head, err := cr.Read()
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s:1: %w", path, err)
-	}
+	defer r.Close()
+	head := r.Header()
 	rateCol := slices.Index(head, RateColumn)
 	if rateCol < 0 {
 		rateCol = slices.Index(head, "sweep."+RateColumn)
@@ -50,18 +43,12 @@ func readSweep(path string) (rates []float64, points []string, err error) {
 			}
 		}
 	}
-	for line := 2; ; line++ {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			return rates, points, nil
-		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("%s:%d: %w", path, line, err)
-		}
+	for r.Next() {
+		rec := r.Fields()
 		if rateCol >= 0 {
 			v, err := strconv.ParseFloat(rec[rateCol], 64)
 			if err != nil || v < 0 || math.IsInf(v, 0) {
-				return nil, nil, fmt.Errorf("%s:%d: column %s: %q is not an arrival rate", path, line, head[rateCol], rec[rateCol])
+				r.Failf(head[rateCol], "%q is not an arrival rate", rec[rateCol])
 			}
 			rates = append(rates, v)
 		}
@@ -75,6 +62,10 @@ func readSweep(path string) (rates []float64, points []string, err error) {
 			points = append(points, strings.Join(parts, " "))
 		}
 	}
+	if err := r.Err(); err != nil {
+		return nil, nil, err
+	}
+	return rates, points, nil
 }
 
 // LatencyCDF is the distribution of one policy's per-query end-to-end latencies.

@@ -1,13 +1,11 @@
 package results
 
 import (
-	"encoding/csv"
-	"errors"
 	"fmt"
-	"io"
-	"math"
 	"os"
-	"strconv"
+	"slices"
+
+	"github.com/mosaic-sched/mosaic/internal/csvx"
 )
 
 // ReadCallsCSV reads a calls.csv written by WriteCSV with CallHeader. It is strict: a missing
@@ -15,22 +13,17 @@ import (
 // error that names the file, the line and the column.
 func ReadCallsCSV(path string) ([]CallRow, error) {
 	var rows []CallRow
-	err := readResultsCSV(path, "calls", CallHeader, func(f *csvFields) {
-		r := CallRow{Policy: f.str("policy"), Query: f.int("query"), Call: f.int("call"),
-			Role: f.str("role"), Layer: f.int("layer"), Model: f.str("model"), Worker: f.int("worker"),
-			InputTokens: f.int("input_tokens"), OutputTokens: f.int("output_tokens"),
-			ReadyS: f.secs("ready_s"), StartS: f.secs("start_s"), FirstTokenS: f.secs("first_token_s"),
-			EndS: f.secs("end_s"), Preemptions: f.int("preemptions"), Status: f.str("status"), Attempts: 1}
-		// Columns added after the first results were written: absent in older folders.
-		if f.has("attempts") {
-			r.Attempts, r.RetryLostS, r.Error = f.int("attempts"), f.secs("retry_lost_s"), f.str("error")
+	err := readResultsCSV(path, "calls", CallHeader, laterCallColumns, func(f *csvx.Reader) {
+		r := CallRow{Policy: f.Str("policy"), Query: f.Int("query"), Call: f.Int("call"),
+			Role: f.Str("role"), Layer: f.Int("layer"), Model: f.Str("model"), Worker: f.Int("worker"),
+			InputTokens: f.Int("input_tokens"), OutputTokens: f.Int("output_tokens"),
+			ReadyS: f.Secs("ready_s"), StartS: f.Secs("start_s"), FirstTokenS: f.Secs("first_token_s"),
+			EndS: f.Secs("end_s"), Preemptions: f.Int("preemptions"), Status: f.Str("status"),
+			Attempts: f.IntOr("attempts", 1), RetryLostS: f.SecsOr("retry_lost_s", 0), Error: f.StrOr("error", "")}
+		if r.Layer < 0 {
+			f.Fail("layer", "is negative")
 		}
-		if f.err == nil && r.Layer < 0 {
-			f.fail("layer", "is negative")
-		}
-		if f.err == nil {
-			rows = append(rows, r)
-		}
+		rows = append(rows, r)
 	})
 	if err != nil {
 		return nil, err
@@ -42,18 +35,16 @@ func ReadCallsCSV(path string) ([]CallRow, error) {
 // ReadCallsCSV.
 func ReadQueriesCSV(path string) ([]QueryRow, error) {
 	var rows []QueryRow
-	err := readResultsCSV(path, "queries", QueryHeader, func(f *csvFields) {
-		r := QueryRow{Policy: f.str("policy"), Query: f.int("query"), Dataset: f.str("dataset"), Category: f.str("category"),
-			ArrivalS: f.secs("arrival_s"), FirstTokenS: f.secs("first_token_s"), EndS: f.secs("end_s"),
-			LatencyS: f.secs("latency_s"), TTFTS: f.secs("ttft_s"), QueueS: f.secs("queue_s"),
-			Calls: f.int("calls"), SkippedCalls: f.int("skipped_calls"), FinalSkipped: f.int("final_skipped") == 1,
-			Answer: f.str("answer"), Gold: f.str("gold"), Correct: f.int("correct"), SLOMet: f.int("slo_met")}
-		if f.err == nil && r.LatencyS < 0 {
-			f.fail("latency_s", "is negative")
+	err := readResultsCSV(path, "queries", QueryHeader, nil, func(f *csvx.Reader) {
+		r := QueryRow{Policy: f.Str("policy"), Query: f.Int("query"), Dataset: f.Str("dataset"), Category: f.Str("category"),
+			ArrivalS: f.Secs("arrival_s"), FirstTokenS: f.Secs("first_token_s"), EndS: f.Secs("end_s"),
+			LatencyS: f.Secs("latency_s"), TTFTS: f.Secs("ttft_s"), QueueS: f.Secs("queue_s"),
+			Calls: f.Int("calls"), SkippedCalls: f.Int("skipped_calls"), FinalSkipped: f.Int("final_skipped") == 1,
+			Answer: f.Str("answer"), Gold: f.Str("gold"), Correct: f.Int("correct"), SLOMet: f.Int("slo_met")}
+		if r.LatencyS < 0 {
+			f.Fail("latency_s", "is negative")
 		}
-		if f.err == nil {
-			rows = append(rows, r)
-		}
+		rows = append(rows, r)
 	})
 	if err != nil {
 		return nil, err
@@ -65,19 +56,17 @@ func ReadQueriesCSV(path string) ([]QueryRow, error) {
 // ReadCallsCSV: kind must be load, busy or idle, and an interval must not end before it starts.
 func ReadWorkersCSV(path string) ([]WorkerRow, error) {
 	var rows []WorkerRow
-	err := readResultsCSV(path, "workers", WorkerHeader, func(f *csvFields) {
-		r := WorkerRow{Policy: f.str("policy"), Worker: f.int("worker"), Kind: f.str("kind"),
-			Model: f.str("model"), StartS: f.secs("start_s"), EndS: f.secs("end_s"),
-			MeanBatch: f.float("mean_batch")}
+	err := readResultsCSV(path, "workers", WorkerHeader, nil, func(f *csvx.Reader) {
+		r := WorkerRow{Policy: f.Str("policy"), Worker: f.Int("worker"), Kind: f.Str("kind"),
+			Model: f.Str("model"), StartS: f.Secs("start_s"), EndS: f.Secs("end_s"),
+			MeanBatch: f.Float("mean_batch")}
 		switch {
-		case f.err != nil:
 		case r.Kind != "load" && r.Kind != "busy" && r.Kind != "idle":
-			f.fail("kind", "is not load, busy or idle")
+			f.Fail("kind", "is not load, busy or idle")
 		case r.EndS < r.StartS:
-			f.fail("end_s", fmt.Sprintf("is before start_s %q", f.rec[f.col["start_s"]]))
-		default:
-			rows = append(rows, r)
+			f.Fail("end_s", fmt.Sprintf("is before start_s %q", f.Str("start_s")))
 		}
+		rows = append(rows, r)
 	})
 	if err != nil {
 		return nil, err
@@ -85,98 +74,32 @@ func ReadWorkersCSV(path string) ([]WorkerRow, error) {
 	return rows, nil
 }
 
-// readResultsCSV reads the header of a results file, checks that it has every column of
-// header, and calls row for each further record. The first error a row records stops it.
-func readResultsCSV(path, what string, header []string, row func(*csvFields)) error {
+// The columns added to the results files after they were first written: a folder written
+// before them still reads, with their defaults.
+var (
+	laterCallColumns    = []string{"attempts", "retry_lost_s", "error"}
+	laterSummaryColumns = []string{"status", "retries", "runs", "host_lag_pct"}
+)
+
+// readResultsCSV opens a results file (what names it: "calls" for calls.csv), checks that its
+// header has every column of header but the later ones, and calls row for each record. A
+// field row fails (csvx's keep-first error) stops the reading, and readResultsCSV returns it.
+func readResultsCSV(path, what string, header, later []string, row func(*csvx.Reader)) error {
 	file, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("reading %s: %w", what, err)
 	}
 	defer file.Close()
-	cr := csv.NewReader(file)
-	head, err := cr.Read()
-	if errors.Is(err, io.EOF) {
-		return fmt.Errorf("%s:1: empty file, want the header of %s.csv", path, what)
-	}
+	r, err := csvx.NewReader(path, file, csvx.Options{Empty: "empty file, want the header of " + what + ".csv"})
 	if err != nil {
-		return fmt.Errorf("%s:1: %w", path, err)
+		return err
 	}
-	col := make(map[string]int, len(head))
-	for i, h := range head {
-		col[h] = i
+	required := slices.DeleteFunc(slices.Clone(header), func(c string) bool { return slices.Contains(later, c) })
+	if err := r.Require("", required...); err != nil {
+		return err
 	}
-	for _, h := range header {
-		if _, ok := col[h]; !ok && !laterColumns[h] {
-			return fmt.Errorf("%s:1: missing column %q", path, h)
-		}
+	for r.Next() {
+		row(r)
 	}
-	for line := 2; ; line++ {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%s:%d: %w", path, line, err)
-		}
-		f := &csvFields{path: path, line: line, rec: rec, col: col}
-		row(f)
-		if f.err != nil {
-			return f.err
-		}
-	}
-}
-
-// csvFields parses the fields of one record by column name and keeps the first error.
-type csvFields struct {
-	path string
-	line int
-	rec  []string
-	col  map[string]int
-	err  error
-}
-
-func (f *csvFields) fail(name, why string) {
-	if f.err == nil {
-		f.err = fmt.Errorf("%s:%d: column %s: %q %s", f.path, f.line, name, f.rec[f.col[name]], why)
-	}
-}
-
-func (f *csvFields) str(name string) string { return f.rec[f.col[name]] }
-
-// has reports whether the file has the column (one of laterColumns may be missing).
-func (f *csvFields) has(name string) bool {
-	_, ok := f.col[name]
-	return ok
-}
-
-// laterColumns are the columns added to the results files after they were first written: a
-// folder written before them still reads, with their defaults.
-var laterColumns = map[string]bool{
-	"attempts": true, "retry_lost_s": true, "error": true, // calls.csv
-	"status": true, "retries": true, "runs": true, "host_lag_pct": true, // summary.csv
-}
-
-func (f *csvFields) int(name string) int {
-	v, err := strconv.Atoi(f.rec[f.col[name]])
-	if err != nil {
-		f.fail(name, "is not an integer")
-	}
-	return v
-}
-
-func (f *csvFields) float(name string) float64 {
-	v, err := strconv.ParseFloat(f.rec[f.col[name]], 64)
-	if err != nil {
-		f.fail(name, "is not a number")
-	}
-	return v
-}
-
-// secs parses a time in seconds, which must be finite.
-func (f *csvFields) secs(name string) float64 {
-	v := f.float(name)
-	if math.IsNaN(v) || math.IsInf(v, 0) {
-		f.fail(name, "is not a finite time")
-	}
-	return v
+	return r.Err()
 }

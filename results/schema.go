@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/mosaic-sched/mosaic/internal/csvx"
 )
 
 // SummaryRow is one line of summary.csv.
@@ -433,46 +435,33 @@ func ratio(f float64) string { return strconv.FormatFloat(f, 'f', 4, 64) }
 // ReadSummaryCSV reads a summary.csv written by WriteCSV; errors name the file, line and column.
 func ReadSummaryCSV(path string) ([]SummaryRow, error) {
 	var rows []SummaryRow
-	err := readResultsCSV(path, "summary", SummaryHeader, func(f *csvFields) {
+	err := readResultsCSV(path, "summary", SummaryHeader, laterSummaryColumns, func(f *csvx.Reader) {
 		// A figure that was not computed is blank; other numbers must be numbers.
 		fig := func(name string) float64 {
-			if f.str(name) == "" {
+			if f.Str(name) == "" {
 				return math.NaN()
 			}
-			return f.float(name)
+			return f.Float(name)
 		}
-		r := SummaryRow{Experiment: f.str("experiment"), Mode: f.str("mode"), Policy: f.str("policy"), Rule: f.str("rule"),
-			Threshold: f.float("threshold"), Seed: uint64(f.float("seed")), Queries: f.int("queries"), ExpertCalls: f.int("expert_calls"),
-			AggregatorCalls: f.int("aggregator_calls"), AggregatorSkipped: f.int("aggregator_skipped"),
-			ExpertStageS: f.float("expert_stage_s"), AggregatorStageS: f.float("aggregator_stage_s"), E2ES: f.float("e2e_s"),
+		r := SummaryRow{Experiment: f.Str("experiment"), Mode: f.Str("mode"), Policy: f.Str("policy"), Rule: f.Str("rule"),
+			Threshold: f.Float("threshold"), Seed: uint64(f.Float("seed")), Queries: f.Int("queries"), ExpertCalls: f.Int("expert_calls"),
+			AggregatorCalls: f.Int("aggregator_calls"), AggregatorSkipped: f.Int("aggregator_skipped"),
+			ExpertStageS: f.Float("expert_stage_s"), AggregatorStageS: f.Float("aggregator_stage_s"), E2ES: f.Float("e2e_s"),
 			SpeedupExpert: fig("speedup_expert"), SpeedupAggregator: fig("speedup_aggregator"), SpeedupE2E: fig("speedup_e2e"),
-			Accuracy: fig("accuracy"), AccuracyDeltaPP: fig("accuracy_delta_pp"), GPUBusyFrac: f.float("gpu_busy_frac"),
-			ModelLoads: f.int("model_loads"), FailedCalls: f.int("failed_calls"), SkippedCalls: f.int("skipped_calls"),
-			CancelledCalls: f.int("cancelled_calls"),
-			MeanE2ELS:      f.float("mean_e2el_s"), MedianE2ELS: f.float("median_e2el_s"), P90E2ELS: f.float("p90_e2el_s"), P99E2ELS: f.float("p99_e2el_s"),
-			MeanTTFTS: f.float("mean_ttft_s"), MedianTTFTS: f.float("median_ttft_s"), P90TTFTS: f.float("p90_ttft_s"), P99TTFTS: f.float("p99_ttft_s"),
-			MeanQueueS: f.float("mean_queue_s"), P99QueueS: f.float("p99_queue_s"), RequestThroughput: f.float("request_throughput"),
-			SLOAttainment: f.float("slo_attainment"), RequestGoodput: f.float("request_goodput"),
-			Status: StatusOK, Runs: 1}
-		// Columns added after the first results were written: absent in older folders.
-		if f.has("status") {
-			r.Status = f.str("status")
-			if r.Status != StatusOK && r.Status != StatusFailed && r.Status != StatusPartial {
-				f.fail("status", "is not ok, failed or partial")
-			}
+			Accuracy: fig("accuracy"), AccuracyDeltaPP: fig("accuracy_delta_pp"), GPUBusyFrac: f.Float("gpu_busy_frac"),
+			ModelLoads: f.Int("model_loads"), FailedCalls: f.Int("failed_calls"), SkippedCalls: f.Int("skipped_calls"),
+			CancelledCalls: f.Int("cancelled_calls"),
+			MeanE2ELS:      f.Float("mean_e2el_s"), MedianE2ELS: f.Float("median_e2el_s"), P90E2ELS: f.Float("p90_e2el_s"), P99E2ELS: f.Float("p99_e2el_s"),
+			MeanTTFTS: f.Float("mean_ttft_s"), MedianTTFTS: f.Float("median_ttft_s"), P90TTFTS: f.Float("p90_ttft_s"), P99TTFTS: f.Float("p99_ttft_s"),
+			MeanQueueS: f.Float("mean_queue_s"), P99QueueS: f.Float("p99_queue_s"), RequestThroughput: f.Float("request_throughput"),
+			SLOAttainment: f.Float("slo_attainment"), RequestGoodput: f.Float("request_goodput"),
+			// Columns added after the first results were written: absent in older folders.
+			Status: f.StrOr("status", StatusOK)}
+		if r.Status != StatusOK && r.Status != StatusFailed && r.Status != StatusPartial {
+			f.Fail("status", "is not ok, failed or partial")
 		}
-		if f.has("retries") {
-			r.Retries = f.int("retries")
-		}
-		if f.has("runs") {
-			r.Runs = f.int("runs")
-		}
-		if f.has("host_lag_pct") {
-			r.HostLagPct = f.float("host_lag_pct")
-		}
-		if f.err == nil {
-			rows = append(rows, r)
-		}
+		r.Retries, r.Runs, r.HostLagPct = f.IntOr("retries", 0), f.IntOr("runs", 1), f.FloatOr("host_lag_pct", 0)
+		rows = append(rows, r)
 	})
 	if err != nil {
 		return nil, err

@@ -1,6 +1,10 @@
 package results
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/mosaic-sched/mosaic/internal/csvx"
+)
 
 // SensitivityRow is one variant of a sensitivity analysis (sensitivity.csv): the mosaic
 // policy's speedups over the baseline when one assumption of an experiment is set to the low or
@@ -33,23 +37,21 @@ func (r SensitivityRow) Record() []string {
 // must be base, low or high and the speedups positive numbers.
 func ReadSensitivityCSV(path string) ([]SensitivityRow, error) {
 	var rows []SensitivityRow
-	err := readResultsCSV(path, "sensitivity", SensitivityHeader, func(f *csvFields) {
-		r := SensitivityRow{Experiment: f.str("experiment"), Assumption: f.str("assumption"), Side: f.str("side"),
-			Setting: f.str("setting"), SpeedupExpert: f.float("speedup_expert"), SpeedupAggregator: f.float("speedup_aggregator"),
-			SpeedupE2E: f.float("speedup_e2e"), PaperE2E: f.float("paper_speedup_e2e")}
-		seed, err := strconv.ParseUint(f.str("seed"), 10, 64)
+	err := readResultsCSV(path, "sensitivity", SensitivityHeader, nil, func(f *csvx.Reader) {
+		r := SensitivityRow{Experiment: f.Str("experiment"), Assumption: f.Str("assumption"), Side: f.Str("side"),
+			Setting: f.Str("setting"), SpeedupExpert: f.Float("speedup_expert"), SpeedupAggregator: f.Float("speedup_aggregator"),
+			SpeedupE2E: f.Float("speedup_e2e"), PaperE2E: f.Float("paper_speedup_e2e")}
+		seed, err := strconv.ParseUint(f.Str("seed"), 10, 64)
 		switch {
-		case f.err != nil:
 		case err != nil:
-			f.fail("seed", "is not a seed")
+			f.Fail("seed", "is not a seed")
 		case r.Side != "base" && r.Side != "low" && r.Side != "high":
-			f.fail("side", "is not base, low or high")
+			f.Fail("side", "is not base, low or high")
 		case !(r.SpeedupE2E > 0):
-			f.fail("speedup_e2e", "is not a positive speedup")
-		default:
-			r.Seed = seed
-			rows = append(rows, r)
+			f.Fail("speedup_e2e", "is not a positive speedup")
 		}
+		r.Seed = seed
+		rows = append(rows, r)
 	})
 	if err != nil {
 		return nil, err

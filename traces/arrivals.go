@@ -1,17 +1,16 @@
 package traces
 
 import (
-	"encoding/csv"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/mosaic-sched/mosaic/internal/csvx"
 )
 
 // Arrival processes.
@@ -145,49 +144,35 @@ var timestampLayouts = []string{"2006-01-02 15:04:05.999999999", time.RFC3339Nan
 // dates such as the Azure traces' "2023-11-16 18:15:46.6805900") and returns the gaps between
 // consecutive rows in seconds, after sorting the times. Errors name the file, line and column.
 func ReadTimestamps(path, column string) ([]float64, error) {
-	f, err := os.Open(path)
+	r, err := csvx.Open(path, csvx.Options{TrimHeader: true})
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	cr := csv.NewReader(f)
-	head, err := cr.Read()
-	if err != nil {
-		return nil, fmt.Errorf("%s:1: %w", path, err)
-	}
-	col := -1
-	for i, h := range head {
-		if strings.TrimSpace(h) == column {
-			col = i
-		}
-	}
-	if col < 0 {
-		return nil, fmt.Errorf("%s:1: no column %q (columns: %s)", path, column, strings.Join(head, ", "))
+	defer r.Close()
+	if !r.Has(column) {
+		return nil, r.Errorf(0, "no column %q (columns: %s)", column, strings.Join(r.Header(), ", "))
 	}
 	var times []float64
-	for line := 2; ; line++ {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
-		}
-		v := strings.TrimSpace(rec[col])
+	for r.Next() {
+		v := strings.TrimSpace(r.Str(column))
 		if s, err := strconv.ParseFloat(v, 64); err == nil && !math.IsNaN(s) && !math.IsInf(s, 0) {
 			times = append(times, s)
 			continue
 		}
 		var t time.Time
+		var err error
 		for _, layout := range timestampLayouts {
 			if t, err = time.Parse(layout, v); err == nil {
 				break
 			}
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: column %s: %q is neither seconds nor a timestamp like 2023-11-16 18:15:46.68", path, line, column, v)
+			r.Failf(column, "%q is neither seconds nor a timestamp like 2023-11-16 18:15:46.68", v)
 		}
 		times = append(times, float64(t.UnixNano())/1e9)
+	}
+	if err := r.Err(); err != nil {
+		return nil, err
 	}
 	if len(times) < 2 {
 		return nil, fmt.Errorf("%s: column %s has %d timestamps, need at least 2", path, column, len(times))

@@ -1,16 +1,15 @@
 package traces
 
 import (
-	"encoding/csv"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"math/rand/v2"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/mosaic-sched/mosaic/internal/csvx"
 )
 
 // LengthDist draws token counts.
@@ -186,38 +185,24 @@ func (e *Empirical) String() string {
 // ReadColumn reads the integer values of one column of a CSV file with a header; errors name
 // the file, the line and the column.
 func ReadColumn(path, column string) ([]int, error) {
-	f, err := os.Open(path)
+	r, err := csvx.Open(path, csvx.Options{TrimHeader: true})
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	cr := csv.NewReader(f)
-	head, err := cr.Read()
-	if err != nil {
-		return nil, fmt.Errorf("%s:1: %w", path, err)
-	}
-	col := -1
-	for i, h := range head {
-		if strings.TrimSpace(h) == column {
-			col = i
-		}
-	}
-	if col < 0 {
-		return nil, fmt.Errorf("%s:1: no column %q (columns: %s)", path, column, strings.Join(head, ", "))
+	defer r.Close()
+	if !r.Has(column) {
+		return nil, r.Errorf(0, "no column %q (columns: %s)", column, strings.Join(r.Header(), ", "))
 	}
 	var out []int
-	for line := 2; ; line++ {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
+	for r.Next() {
+		v, err := strconv.ParseFloat(strings.TrimSpace(r.Str(column)), 64)
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(rec[col]), 64)
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: column %s: %q is not a number", path, line, column, rec[col])
+			r.Fail(column, "is not a number")
 		}
 		out = append(out, int(math.Round(v)))
 	}
+	if err := r.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

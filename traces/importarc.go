@@ -1,13 +1,13 @@
 package traces
 
 import (
-	"encoding/csv"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/mosaic-sched/mosaic/internal/csvx"
 )
 
 // AnswerSet is a table of real model answers to multiple-choice questions, in the format of
@@ -34,6 +34,10 @@ type AnsweredQuestion struct {
 // Model returns the index of the named model in Models, or -1.
 func (s *AnswerSet) Model(name string) int { return slices.Index(s.Models, name) }
 
+// answerOptions read an answer file: errors name the line and column of the field.
+var answerOptions = csvx.Options{Positions: true,
+	Empty: "empty file: want the header sample_id,gold,<model>_answer...,<model>_correct..."}
+
 // ListAnswerModels returns the model names of an answer file (its <model>_answer columns), in
 // file order.
 func ListAnswerModels(path string) ([]string, error) {
@@ -42,13 +46,11 @@ func ListAnswerModels(path string) ([]string, error) {
 		return nil, fmt.Errorf("reading answers: %w", err)
 	}
 	defer f.Close()
-	cr := csv.NewReader(f)
-	header, err := cr.Read()
+	r, err := csvx.NewReader(path, f, answerOptions)
 	if err != nil {
-		return nil, answerHeaderError(path, err)
+		return nil, err
 	}
-	models, _, err := answerColumns(path, cr, header)
-	return models, err
+	return answerModels(r)
 }
 
 // ReadAnswerSet reads an answer file. Errors name the file, line and column. Where the gold
@@ -66,64 +68,56 @@ func ReadAnswerSet(path string) (*AnswerSet, error) {
 }
 
 // DecodeAnswerSet is ReadAnswerSet on an open reader; name is used in error messages.
-func DecodeAnswerSet(name string, r io.Reader) (*AnswerSet, error) {
-	cr := csv.NewReader(r)
-	header, err := cr.Read()
+func DecodeAnswerSet(name string, in io.Reader) (*AnswerSet, error) {
+	r, err := csvx.NewReader(name, in, answerOptions)
 	if err != nil {
-		return nil, answerHeaderError(name, err)
+		return nil, err
 	}
-	cr.FieldsPerRecord = len(header)
-	models, correctCol, err := answerColumns(name, cr, header)
+	models, err := answerModels(r)
 	if err != nil {
 		return nil, err
 	}
 	set := &AnswerSet{Models: models}
 	type rowRef struct{ line, index int }
 	seen := map[string]rowRef{}
-	for {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			break
+	for r.Next() {
+		q := AnsweredQuestion{SampleID: r.Str("sample_id"), Gold: r.Str("gold"), Answers: make([]string, len(models))}
+		for m, model := range models {
+			q.Answers[m] = r.Str(model + "_answer")
 		}
-		if err != nil {
-			return nil, csvError(name, err)
-		}
-		fieldErr := func(i int, format string, args ...any) error {
-			line, col := cr.FieldPos(i)
-			return fmt.Errorf("%s:%d:%d: %s: %s", name, line, col, header[i], fmt.Sprintf(format, args...))
-		}
-		q := AnsweredQuestion{SampleID: rec[0], Gold: rec[1], Answers: slices.Clone(rec[2 : 2+len(models)])}
 		if q.SampleID == "" {
-			return nil, fieldErr(0, "missing")
+			r.Failf("sample_id", "missing")
 		}
-		line, _ := cr.FieldPos(0)
 		first, dup := seen[q.SampleID]
 		if dup {
 			prev := &set.Questions[first.index]
 			if prev.Gold != q.Gold || !slices.Equal(prev.Answers, q.Answers) {
-				return nil, fieldErr(0, "%q is listed twice (first on line %d) with different answers", q.SampleID, first.line)
+				r.Failf("sample_id", "%q is listed twice (first on line %d) with different answers", q.SampleID, first.line)
 			}
 		}
-		for m := range models {
-			col := correctCol[m]
+		for m, model := range models {
+			column := model + "_correct"
 			var correct bool
-			switch rec[col] {
+			switch v := r.Str(column); v {
 			case "":
 				continue
 			case "1", "1.0":
 				correct = true
 			case "0", "0.0":
 			default:
-				return nil, fieldErr(col, "want 1.0, 0.0 or empty, got %q", rec[col])
+				r.Failf(column, "want 1.0, 0.0 or empty, got %q", v)
 			}
 			if q.Gold != "" && correct != (q.Answers[m] == q.Gold) {
-				return nil, fieldErr(col, "says correct = %v, but the answer is %q and the gold %q", correct, q.Answers[m], q.Gold)
+				r.Failf(column, "says correct = %v, but the answer is %q and the gold %q", correct, q.Answers[m], q.Gold)
 			}
 		}
 		if !dup {
-			seen[q.SampleID] = rowRef{line: line, index: len(set.Questions)}
+			seen[q.SampleID] = rowRef{line: r.Line(), index: len(set.Questions)}
 			set.Questions = append(set.Questions, q)
 		}
+	}
+	if err := r.Err(); err != nil {
+		return nil, err
 	}
 	if len(set.Questions) == 0 {
 		return nil, fmt.Errorf("%s: no questions after the header", name)
@@ -131,46 +125,38 @@ func DecodeAnswerSet(name string, r io.Reader) (*AnswerSet, error) {
 	return set, nil
 }
 
-func answerHeaderError(name string, err error) error {
-	if errors.Is(err, io.EOF) {
-		return fmt.Errorf("%s: empty file: want the header sample_id,gold,<model>_answer...,<model>_correct...", name)
-	}
-	return csvError(name, err)
-}
-
-// answerColumns checks an answer file's header and returns its models and the column of each
-// model's _correct value.
-func answerColumns(name string, cr *csv.Reader, header []string) (models []string, correctCol []int, err error) {
+// answerModels checks an answer file's header (sample_id, gold, the <model>_answer columns,
+// then the <model>_correct columns in the same order) and returns its models.
+func answerModels(r *csvx.Reader) ([]string, error) {
+	header := r.Header()
 	colErr := func(i int, format string, args ...any) error {
-		line, col := cr.FieldPos(i)
-		return fmt.Errorf("%s:%d:%d: header: %s", name, line, col, fmt.Sprintf(format, args...))
+		return r.Errorf(i, "header: %s", fmt.Sprintf(format, args...))
 	}
 	if len(header) < 2 || header[0] != "sample_id" || header[1] != "gold" {
-		return nil, nil, colErr(0, "want sample_id,gold,<model>_answer...,<model>_correct..., got %q", strings.Join(header, ","))
+		return nil, colErr(0, "want sample_id,gold,<model>_answer...,<model>_correct..., got %q", strings.Join(header, ","))
 	}
+	var models []string
 	i := 2
 	for ; i < len(header) && strings.HasSuffix(header[i], "_answer"); i++ {
 		m := strings.TrimSuffix(header[i], "_answer")
 		if m == "" || slices.Contains(models, m) {
-			return nil, nil, colErr(i, "bad or repeated answer column %q", header[i])
+			return nil, colErr(i, "bad or repeated answer column %q", header[i])
 		}
 		models = append(models, m)
 	}
 	if len(models) == 0 {
-		return nil, nil, colErr(min(2, len(header)-1), "no <model>_answer columns after sample_id,gold")
+		return nil, colErr(min(2, len(header)-1), "no <model>_answer columns after sample_id,gold")
 	}
 	if len(header) != 2+2*len(models) {
-		return nil, nil, colErr(min(i, len(header)-1), "want %d <model>_correct columns after the %d <model>_answer columns, got %d columns in all", len(models), len(models), len(header))
+		return nil, colErr(min(i, len(header)-1), "want %d <model>_correct columns after the %d <model>_answer columns, got %d columns in all", len(models), len(models), len(header))
 	}
-	correctCol = make([]int, len(models))
 	for m, model := range models {
 		col := 2 + len(models) + m
 		if header[col] != model+"_correct" {
-			return nil, nil, colErr(col, "column %q, want %q (the _correct columns follow the _answer columns' order)", header[col], model+"_correct")
+			return nil, colErr(col, "column %q, want %q (the _correct columns follow the _answer columns' order)", header[col], model+"_correct")
 		}
-		correctCol[m] = col
 	}
-	return models, correctCol, nil
+	return models, nil
 }
 
 // AnswerImport describes a workload built from real model answers: a fixed set of k models

@@ -1,13 +1,13 @@
 package traces
 
 import (
-	"encoding/csv"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/mosaic-sched/mosaic/internal/csvx"
 )
 
 // Question is one benchmark question as the MoA evaluation sees it: where it comes from, its
@@ -42,22 +42,27 @@ func ReadQuestions(path string) ([]Question, error) {
 }
 
 // DecodeQuestions is ReadQuestions on an open reader; name is used in error messages.
-func DecodeQuestions(name string, r io.Reader) ([]Question, error) {
-	cr := csv.NewReader(r)
-	cr.FieldsPerRecord = len(questionColumns)
-	cr.ReuseRecord = true
-	header, err := cr.Read()
+func DecodeQuestions(name string, in io.Reader) ([]Question, error) {
+	header := strings.Join(questionColumns, ",")
+	r, err := csvx.NewReader(name, in, csvx.Options{FieldsPerRecord: len(questionColumns), Positions: true,
+		Empty: fmt.Sprintf("empty file: want the header %q", header)})
 	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%s: empty file: want the header %q", name, strings.Join(questionColumns, ","))
-		}
-		return nil, csvError(name, err)
+		return nil, err
 	}
 	for i, want := range questionColumns {
-		if header[i] != want {
-			line, col := cr.FieldPos(i)
-			return nil, fmt.Errorf("%s:%d:%d: header column %d is %q, want %q (header %s)", name, line, col, i+1, header[i], want, strings.Join(questionColumns, ","))
+		if got := r.Header()[i]; got != want {
+			return nil, r.Errorf(i, "header column %d is %q, want %q (header %s)", i+1, got, want, header)
 		}
+	}
+	nonNegative := func(column string) int {
+		v, err := strconv.Atoi(r.Str(column))
+		switch {
+		case err != nil:
+			r.Failf(column, "not an integer: %q", r.Str(column))
+		case v < 0:
+			r.Failf(column, "must not be negative, got %d", v)
+		}
+		return v
 	}
 	type key struct {
 		dataset string
@@ -65,48 +70,21 @@ func DecodeQuestions(name string, r io.Reader) ([]Question, error) {
 	}
 	seen := map[key]int{}
 	var qs []Question
-	for {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, csvError(name, err)
-		}
-		fieldErr := func(i int, format string, args ...any) error {
-			line, col := cr.FieldPos(i)
-			return fmt.Errorf("%s:%d:%d: %s: %s", name, line, col, questionColumns[i], fmt.Sprintf(format, args...))
-		}
-		nonNegative := func(i int) (int, error) {
-			v, err := strconv.Atoi(rec[i])
-			if err != nil {
-				return 0, fieldErr(i, "not an integer: %q", rec[i])
-			}
-			if v < 0 {
-				return 0, fieldErr(i, "must not be negative, got %d", v)
-			}
-			return v, nil
-		}
-		q := Question{Dataset: rec[0], Category: rec[2], Gold: rec[5]}
+	for r.Next() {
+		q := Question{Dataset: r.Str("dataset"), Category: r.Str("category"), Gold: r.Str("gold")}
 		if q.Dataset == "" {
-			return nil, fieldErr(0, "missing: every question needs a dataset")
+			r.Failf("dataset", "missing: every question needs a dataset")
 		}
-		if q.Index, err = nonNegative(1); err != nil {
-			return nil, err
-		}
-		if q.Chars, err = nonNegative(3); err != nil {
-			return nil, err
-		}
-		if q.Words, err = nonNegative(4); err != nil {
-			return nil, err
-		}
+		q.Index, q.Chars, q.Words = nonNegative("index"), nonNegative("question_chars"), nonNegative("question_words")
 		k := key{q.Dataset, q.Index}
 		if prev, dup := seen[k]; dup {
-			return nil, fieldErr(1, "%s question %d is listed twice (first on line %d)", q.Dataset, q.Index, prev)
+			r.Failf("index", "%s question %d is listed twice (first on line %d)", q.Dataset, q.Index, prev)
 		}
-		line, _ := cr.FieldPos(0)
-		seen[k] = line
+		seen[k] = r.Line()
 		qs = append(qs, q)
+	}
+	if err := r.Err(); err != nil {
+		return nil, err
 	}
 	if len(qs) == 0 {
 		return nil, fmt.Errorf("%s: no questions after the header", name)
@@ -123,13 +101,4 @@ func FilterDataset(qs []Question, dataset string) []Question {
 		}
 	}
 	return out
-}
-
-// csvError turns an encoding/csv error into "file:line:column: message".
-func csvError(name string, err error) error {
-	var pe *csv.ParseError
-	if errors.As(err, &pe) {
-		return fmt.Errorf("%s:%d:%d: %v", name, pe.Line, pe.Column, pe.Err)
-	}
-	return fmt.Errorf("%s: %w", name, err)
 }

@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/csv"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/mosaic-sched/mosaic/experiments"
+	"github.com/mosaic-sched/mosaic/internal/csvx"
 	"github.com/mosaic-sched/mosaic/results"
 )
 
@@ -165,36 +166,37 @@ func runSweep(pos []string, seed string, sets, sweeps []string, shardFlag, outDi
 	return printSweep(filepath.Join(outDir, "summary.csv"), stdout)
 }
 
-// printSweep prints the combined summary of a sweep, one line per point and policy.
+// printSweep prints the combined summary of a sweep, one line per point and policy; an empty
+// file prints nothing, and a file that does not read prints nothing but the error.
 func printSweep(path string, stdout io.Writer) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	recs, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		return err
-	}
-	if len(recs) == 0 {
+	r, err := csvx.Open(path, csvx.Options{})
+	if errors.Is(err, io.EOF) {
 		return nil
 	}
-	col := map[string]int{}
-	for i, h := range recs[0] {
-		col[h] = i
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(stdout, "%-44s %-16s %10s %8s %8s %10s %10s %8s\n", "point", "policy", "e2e_s", "x_e2e", "skipped", "p50_e2el_s", "p99_e2el_s", "slo_met")
-	for _, r := range recs[1:] {
-		slo := r[col["slo_attainment"]]
+	defer r.Close()
+	if err := r.Require("", "point", "policy", "e2e_s", "speedup_e2e", "aggregator_skipped", "median_e2el_s", "p99_e2el_s", "slo_attainment"); err != nil {
+		return err
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "%-44s %-16s %10s %8s %8s %10s %10s %8s\n", "point", "policy", "e2e_s", "x_e2e", "skipped", "p50_e2el_s", "p99_e2el_s", "slo_met")
+	for r.Next() {
+		slo := r.Str("slo_attainment")
 		if v, err := strconv.ParseFloat(slo, 64); err == nil && !math.IsNaN(v) {
 			slo = fmt.Sprintf("%.1f%%", 100*v)
 		} else {
 			slo = "-"
 		}
-		fmt.Fprintf(stdout, "%-44s %-16s %10.1f %8s %8s %10.1f %10.1f %8s\n", r[col["point"]], r[col["policy"]], num(r[col["e2e_s"]]),
-			r[col["speedup_e2e"]], r[col["aggregator_skipped"]], num(r[col["median_e2el_s"]]), num(r[col["p99_e2el_s"]]), slo)
+		fmt.Fprintf(&out, "%-44s %-16s %10.1f %8s %8s %10.1f %10.1f %8s\n", r.Str("point"), r.Str("policy"), num(r.Str("e2e_s")),
+			r.Str("speedup_e2e"), r.Str("aggregator_skipped"), num(r.Str("median_e2el_s")), num(r.Str("p99_e2el_s")), slo)
 	}
-	fmt.Fprintf(stdout, "combined summary: %s\n", path)
+	if err := r.Err(); err != nil {
+		return err
+	}
+	fmt.Fprintf(&out, "combined summary: %s\n", path)
+	fmt.Fprint(stdout, out.String())
 	return nil
 }
 

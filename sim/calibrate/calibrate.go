@@ -12,10 +12,13 @@
 // The package also reads Splitwise's per-iteration times (splitwise.go) and forward-pass
 // profiles written by tools/profile_forward.py (forward.go), and compares them with the cost
 // model's iteration times.
+//
+// The analyses behind mosaic calibrate's subcommands are CheckData (data), CheckIterations
+// (splitwise), FitCPUOverheads and CompareOverheads (cpu) and CheckForward (forward); a
+// Holdout says which rows or points a fit leaves out.
 package calibrate
 
 import (
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +31,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/mosaic-sched/mosaic/internal/csvx"
 	"github.com/mosaic-sched/mosaic/sim"
 )
 
@@ -66,45 +70,24 @@ func ReadFile(path string) ([]Row, error) {
 
 // Read parses benchmark rows; errors name the file, line and column.
 func Read(path string, r io.Reader) ([]Row, error) {
-	cr := csv.NewReader(r)
-	cr.FieldsPerRecord = -1
-	head, err := cr.Read()
+	cr, err := csvx.NewReader(path, r, csvx.Options{FieldsPerRecord: -1, TrimHeader: true, HeaderError: "reading header"})
 	if err != nil {
-		return nil, fmt.Errorf("%s:1: reading header: %w", path, err)
+		return nil, err
 	}
-	col := map[string]int{}
-	for i, h := range head {
-		col[strings.TrimSpace(h)] = i
+	if err := cr.Require("(want "+strings.Join(header, ",")+")", header[:7]...); err != nil {
+		return nil, err
 	}
-	for _, h := range header[:7] {
-		if _, ok := col[h]; !ok {
-			return nil, fmt.Errorf("%s:1: missing column %q (want %s)", path, h, strings.Join(header, ","))
+	get := func(name string) string { return strings.TrimSpace(cr.Str(name)) }
+	atoi := func(name string) (int, error) {
+		v, err := strconv.Atoi(get(name))
+		if err != nil || v <= 0 {
+			return 0, cr.Errorf(-1, "column %q: want a positive integer, got %q", name, get(name))
 		}
+		return v, nil
 	}
 	var rows []Row
-	for {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		line, _ := cr.FieldPos(0)
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
-		}
-		get := func(name string) string {
-			if i := col[name]; i < len(rec) {
-				return strings.TrimSpace(rec[i])
-			}
-			return ""
-		}
-		atoi := func(name string) (int, error) {
-			v, err := strconv.Atoi(get(name))
-			if err != nil || v <= 0 {
-				return 0, fmt.Errorf("%s:%d: column %q: want a positive integer, got %q", path, line, name, get(name))
-			}
-			return v, nil
-		}
-		row := Row{Line: line, Hardware: get("Hardware"), Framework: get("Framework"), Model: get("Model")}
+	for cr.Next() {
+		row := Row{Line: cr.Line(), Hardware: get("Hardware"), Framework: get("Framework"), Model: get("Model")}
 		if row.NumGPUs, err = atoi("Num of Hardware"); err != nil {
 			return nil, err
 		}
@@ -116,9 +99,12 @@ func Read(path string, r io.Reader) ([]Row, error) {
 		}
 		row.Latency, err = strconv.ParseFloat(get("Latency"), 64)
 		if err != nil || !(row.Latency > 0) {
-			return nil, fmt.Errorf("%s:%d: column %q: want a positive number, got %q", path, line, "Latency", get("Latency"))
+			return nil, cr.Errorf(-1, "column %q: want a positive number, got %q", "Latency", get("Latency"))
 		}
 		rows = append(rows, row)
+	}
+	if err := cr.Err(); err != nil {
+		return nil, err
 	}
 	return rows, nil
 }

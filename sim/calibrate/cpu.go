@@ -1,7 +1,6 @@
 package calibrate
 
 import (
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mosaic-sched/mosaic/internal/csvx"
 	"github.com/mosaic-sched/mosaic/sim"
 )
 
@@ -45,38 +45,23 @@ func ReadCPUOverheads(path string) ([]CPUOverheadRow, error) {
 
 // ParseCPUOverheads parses Vidur's CPU-overhead format; errors name the file, line and column.
 func ParseCPUOverheads(path string, r io.Reader) ([]CPUOverheadRow, error) {
-	cr := csv.NewReader(r)
-	head, err := cr.Read()
+	cr, err := csvx.NewReader(path, r, csvx.Options{TrimHeader: true, HeaderError: "reading header"})
 	if err != nil {
-		return nil, fmt.Errorf("%s:1: reading header: %w", path, err)
+		return nil, err
 	}
-	col := map[string]int{}
-	for i, h := range head {
-		col[strings.TrimSpace(h)] = i
-	}
-	for _, c := range cpuColumns {
-		if _, ok := col[c]; !ok {
-			return nil, fmt.Errorf("%s:1: missing column %q (not a Vidur CPU-overhead profile?)", path, c)
-		}
+	if err := cr.Require("(not a Vidur CPU-overhead profile?)", cpuColumns...); err != nil {
+		return nil, err
 	}
 	var out []CPUOverheadRow
-	for {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		line, _ := cr.FieldPos(0)
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
-		}
-		row := CPUOverheadRow{Line: line, Model: rec[col["model_name"]]}
+	for cr.Next() {
+		row := CPUOverheadRow{Line: cr.Line(), Model: cr.Str("model_name")}
 		for _, c := range []struct {
 			name string
 			dst  *int
 		}{{"batch_size", &row.Batch}, {"tensor_parallel_degree", &row.TP}} {
-			v, err := strconv.Atoi(strings.TrimSpace(rec[col[c.name]]))
+			v, err := strconv.Atoi(strings.TrimSpace(cr.Str(c.name)))
 			if err != nil || v <= 0 {
-				return nil, fmt.Errorf("%s:%d: column %q: want a positive integer, got %q", path, line, c.name, rec[col[c.name]])
+				return nil, cr.Errorf(-1, "column %q: want a positive integer, got %q", c.name, cr.Str(c.name))
 			}
 			*c.dst = v
 		}
@@ -85,13 +70,16 @@ func ParseCPUOverheads(path string, r io.Reader) ([]CPUOverheadRow, error) {
 			dst  *float64
 		}{{"schedule_mean", &row.Schedule}, {"sampler_e2e_mean", &row.Sampler}, {"prepare_inputs_e2e_mean", &row.Prepare},
 			{"process_model_outputs_mean", &row.Process}, {"ray_comm_time_mean", &row.RayComm}} {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rec[col[c.name]]), 64)
+			v, err := strconv.ParseFloat(strings.TrimSpace(cr.Str(c.name)), 64)
 			if err != nil || v < 0 {
-				return nil, fmt.Errorf("%s:%d: column %q: want a non-negative number of milliseconds, got %q", path, line, c.name, rec[col[c.name]])
+				return nil, cr.Errorf(-1, "column %q: want a non-negative number of milliseconds, got %q", c.name, cr.Str(c.name))
 			}
 			*c.dst = v
 		}
 		out = append(out, row)
+	}
+	if err := cr.Err(); err != nil {
+		return nil, err
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no rows", path)

@@ -1,7 +1,6 @@
 package calibrate
 
 import (
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mosaic-sched/mosaic/internal/csvx"
 	"github.com/mosaic-sched/mosaic/sim"
 )
 
@@ -26,7 +26,7 @@ type ForwardPoint struct {
 	// Seconds is the median time of the forward pass.
 	Seconds float64
 	// Model and GPU name what was measured, as the script recorded them: catalog names, or
-	// empty; `mosaic calibrate --forward` takes the model from this column unless told one.
+	// empty; `mosaic calibrate forward` takes the model from this column unless told one.
 	Model, GPU string
 	// TP is the tensor-parallel degree whose one-GPU shard ran (column tp, written by
 	// tools/profile_forward.py --tp): the heads, KV heads, MLP and vocabulary split TP ways,
@@ -52,64 +52,46 @@ func ReadForward(path string) ([]ForwardPoint, error) {
 // ParseForward parses a forward-pass profile; errors name the file, line and column. Lines
 // starting with # are comments.
 func ParseForward(path string, r io.Reader) ([]ForwardPoint, error) {
-	cr := csv.NewReader(r)
-	cr.Comment = '#'
-	head, err := cr.Read()
+	cr, err := csvx.NewReader(path, r, csvx.Options{Comment: '#', TrimHeader: true, HeaderError: "reading header"})
 	if err != nil {
-		return nil, fmt.Errorf("%s:1: reading header: %w", path, err)
+		return nil, err
 	}
-	col := map[string]int{}
-	for i, h := range head {
-		col[strings.TrimSpace(h)] = i
+	if err := cr.Require("(want at least "+strings.Join(forwardHeader, ",")+"; see tools/profile_forward.py)", forwardHeader...); err != nil {
+		return nil, err
 	}
-	for _, h := range forwardHeader {
-		if _, ok := col[h]; !ok {
-			return nil, fmt.Errorf("%s:1: missing column %q (want at least %s; see tools/profile_forward.py)", path, h, strings.Join(forwardHeader, ","))
-		}
-	}
-	get := func(rec []string, name string) string {
-		if i, ok := col[name]; ok && i < len(rec) {
-			return strings.TrimSpace(rec[i])
-		}
-		return ""
-	}
+	get := func(name string) string { return strings.TrimSpace(cr.StrOr(name, "")) }
 	var out []ForwardPoint
-	for {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		line, _ := cr.FieldPos(0)
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
-		}
-		p := ForwardPoint{Line: line, Phase: get(rec, "phase"), Model: get(rec, "model"), GPU: get(rec, "gpu")}
+	for cr.Next() {
+		p := ForwardPoint{Line: cr.Line(), Phase: get("phase"), Model: get("model"), GPU: get("gpu")}
 		if p.Phase != "decode" && p.Phase != "prefill" {
-			return nil, fmt.Errorf("%s:%d: column \"phase\": want decode or prefill, got %q", path, line, p.Phase)
+			return nil, cr.Errorf(-1, "column \"phase\": want decode or prefill, got %q", p.Phase)
 		}
 		for _, c := range []struct {
 			name string
 			dst  *int
 		}{{"batch_size", &p.Batch}, {"context_len", &p.Context}} {
-			v, err := strconv.Atoi(get(rec, c.name))
+			v, err := strconv.Atoi(get(c.name))
 			if err != nil || v <= 0 {
-				return nil, fmt.Errorf("%s:%d: column %q: want a positive integer, got %q", path, line, c.name, get(rec, c.name))
+				return nil, cr.Errorf(-1, "column %q: want a positive integer, got %q", c.name, get(c.name))
 			}
 			*c.dst = v
 		}
-		ms, err := strconv.ParseFloat(get(rec, "time_ms"), 64)
+		ms, err := strconv.ParseFloat(get("time_ms"), 64)
 		if err != nil || !(ms > 0) {
-			return nil, fmt.Errorf("%s:%d: column \"time_ms\": want a positive number, got %q", path, line, get(rec, "time_ms"))
+			return nil, cr.Errorf(-1, "column \"time_ms\": want a positive number, got %q", get("time_ms"))
 		}
 		p.Seconds = ms / 1e3
-		if _, ok := col["tp"]; ok {
-			v, err := strconv.Atoi(get(rec, "tp"))
+		if cr.Has("tp") {
+			v, err := strconv.Atoi(get("tp"))
 			if err != nil || v <= 0 {
-				return nil, fmt.Errorf("%s:%d: column \"tp\": want a positive integer, got %q", path, line, get(rec, "tp"))
+				return nil, cr.Errorf(-1, "column \"tp\": want a positive integer, got %q", get("tp"))
 			}
 			p.TP = v
 		}
 		out = append(out, p)
+	}
+	if err := cr.Err(); err != nil {
+		return nil, err
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no measurements", path)

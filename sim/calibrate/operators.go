@@ -2,7 +2,6 @@ package calibrate
 
 import (
 	"compress/gzip"
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mosaic-sched/mosaic/internal/csvx"
 	"github.com/mosaic-sched/mosaic/sim"
 )
 
@@ -46,51 +46,41 @@ func ReadOperators(path string) ([]OperatorRow, error) {
 		defer gz.Close()
 		r = gz
 	}
-	cr := csv.NewReader(r)
-	head, err := cr.Read()
+	cr, err := csvx.NewReader(path, r, csvx.Options{HeaderError: "reading header"})
 	if err != nil {
-		return nil, fmt.Errorf("%s:1: reading header: %w", path, err)
-	}
-	col := map[string]int{}
-	for i, h := range head {
-		col[h] = i
+		return nil, err
 	}
 	need := []string{"num_tokens", "num_tensor_parallel_workers"}
 	for op := range layerOps {
 		need = append(need, "time_stats."+op+".median")
 	}
 	sort.Strings(need)
-	for _, n := range need {
-		if _, ok := col[n]; !ok {
-			return nil, fmt.Errorf("%s:1: missing column %q (not an operator profile?)", path, n)
-		}
+	if err := cr.Require("(not an operator profile?)", need...); err != nil {
+		return nil, err
 	}
+	// A field that fails records the record's first error, which ends the loop and is returned.
 	var rows []OperatorRow
-	for line := 2; ; line++ {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
-		}
-		if rec[col["num_tensor_parallel_workers"]] != "1" {
+	for cr.Next() {
+		if cr.Str("num_tensor_parallel_workers") != "1" {
 			continue
 		}
-		n, err := strconv.Atoi(rec[col["num_tokens"]])
+		n, err := strconv.Atoi(cr.Str("num_tokens"))
 		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%s:%d: column num_tokens: want a positive integer, got %q", path, line, rec[col["num_tokens"]])
+			cr.Failf("num_tokens", "want a positive integer, got %q", cr.Str("num_tokens"))
 		}
 		row := OperatorRow{Tokens: n}
 		for op, times := range layerOps {
 			name := "time_stats." + op + ".median"
-			v, err := strconv.ParseFloat(rec[col[name]], 64)
+			v, err := strconv.ParseFloat(cr.Str(name), 64)
 			if err != nil || v < 0 {
-				return nil, fmt.Errorf("%s:%d: column %s: want a non-negative number, got %q", path, line, name, rec[col[name]])
+				cr.Failf(name, "want a non-negative number, got %q", cr.Str(name))
 			}
 			row.LayerMS += float64(times) * v
 		}
 		rows = append(rows, row)
+	}
+	if err := cr.Err(); err != nil {
+		return nil, err
 	}
 	if len(rows) == 0 {
 		return nil, fmt.Errorf("%s: no rows with tensor parallelism 1", path)

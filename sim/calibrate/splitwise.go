@@ -1,7 +1,6 @@
 package calibrate
 
 import (
-	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/mosaic-sched/mosaic/internal/csvx"
 	"github.com/mosaic-sched/mosaic/sim"
 )
 
@@ -61,19 +61,12 @@ func ReadSplitwise(path string) ([]IterationPoint, error) {
 // ParseSplitwise parses Splitwise's performance-model format; errors name the file, line and
 // column.
 func ParseSplitwise(path string, r io.Reader) ([]IterationPoint, error) {
-	cr := csv.NewReader(r)
-	head, err := cr.Read()
+	cr, err := csvx.NewReader(path, r, csvx.Options{TrimHeader: true, HeaderError: "reading header"})
 	if err != nil {
-		return nil, fmt.Errorf("%s:1: reading header: %w", path, err)
+		return nil, err
 	}
-	col := map[string]int{}
-	for i, h := range head {
-		col[strings.TrimSpace(h)] = i
-	}
-	for _, h := range splitwiseHeader {
-		if _, ok := col[h]; !ok {
-			return nil, fmt.Errorf("%s:1: missing column %q (want %s)", path, h, strings.Join(splitwiseHeader, ","))
-		}
+	if err := cr.Require("(want "+strings.Join(splitwiseHeader, ",")+")", splitwiseHeader...); err != nil {
+		return nil, err
 	}
 	type key struct {
 		model, hw              string
@@ -85,32 +78,25 @@ func ParseSplitwise(path string, r io.Reader) ([]IterationPoint, error) {
 	}
 	groups := map[key]*acc{}
 	var order []key
-	for {
-		rec, err := cr.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		line, _ := cr.FieldPos(0)
-		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", path, line, err)
-		}
+	for cr.Next() {
+		line := cr.Line()
 		ints := map[string]int{}
 		for _, c := range []string{"prompt_size", "batch_size", "token_size", "tensor_parallel"} {
-			v, err := strconv.Atoi(strings.TrimSpace(rec[col[c]]))
+			v, err := strconv.Atoi(strings.TrimSpace(cr.Str(c)))
 			if err != nil || v <= 0 {
-				return nil, fmt.Errorf("%s:%d: column %q: want a positive integer, got %q", path, line, c, rec[col[c]])
+				return nil, cr.Errorf(-1, "column %q: want a positive integer, got %q", c, cr.Str(c))
 			}
 			ints[c] = v
 		}
 		times := map[string]float64{}
 		for _, c := range []string{"prompt_time", "token_time"} {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rec[col[c]]), 64)
+			v, err := strconv.ParseFloat(strings.TrimSpace(cr.Str(c)), 64)
 			if err != nil || !(v > 0) {
-				return nil, fmt.Errorf("%s:%d: column %q: want a positive number of milliseconds, got %q", path, line, c, rec[col[c]])
+				return nil, cr.Errorf(-1, "column %q: want a positive number of milliseconds, got %q", c, cr.Str(c))
 			}
 			times[c] = v / 1e3
 		}
-		k := key{strings.TrimSpace(rec[col["model"]]), strings.TrimSpace(rec[col["hardware"]]),
+		k := key{strings.TrimSpace(cr.Str("model")), strings.TrimSpace(cr.Str("hardware")),
 			ints["tensor_parallel"], ints["prompt_size"], ints["batch_size"], ints["token_size"]}
 		// The prompt time does not depend on the output length: pool its repeats over T.
 		pk := k
@@ -123,6 +109,9 @@ func ParseSplitwise(path string, r io.Reader) ([]IterationPoint, error) {
 		}
 		groups[pk].prompt = append(groups[pk].prompt, times["prompt_time"])
 		groups[k].tokens = append(groups[k].tokens, times["token_time"])
+	}
+	if err := cr.Err(); err != nil {
+		return nil, err
 	}
 	var out []IterationPoint
 	for _, k := range order {
