@@ -94,7 +94,7 @@ lint:
 # from the same benchmark's 2- and 4-GPU rows. Each step starts from the current profile.
 ARGONNE := $(MOSAIC_DATA)/profiles/argonne_inference_bench_no_h100.csv
 profile: build
-	./$(BIN) calibrate --data $(ARGONNE) \
+	./$(BIN) calibrate data --data $(ARGONNE) \
 		--framework vLLM --gpus 1 --gpu A100-40GB --fit \
 		--operators $(MOSAIC_DATA)/profiles/vidur/a100__meta-llama__Llama-2-7b-hf__mlp.csv.gz \
 		--operators $(MOSAIC_DATA)/profiles/vidur/a100__meta-llama__Meta-Llama-3-8B__mlp.csv.gz \
@@ -102,7 +102,7 @@ profile: build
 	$(MAKE) profile-tp
 
 profile-tp: build
-	./$(BIN) calibrate --data $(ARGONNE) --framework vLLM --gpus 2,4 --gpu A100-40GB \
+	./$(BIN) calibrate data --data $(ARGONNE) --framework vLLM --gpus 2,4 --gpu A100-40GB \
 		--model llama-2-7b --model llama-3-8b --model mistral-7b --model qwen2-7b --model llama-2-70b \
 		--profile sim/catalog/profile.toml --fit \
 		--fit-only allreduce_us --fit-only allreduce_hop_us --fit-only tp_reserve_gib \
@@ -110,7 +110,7 @@ profile-tp: build
 
 # The paper's three experiments over seeds 1..PAPER_SEEDS, side by side with the paper's figures
 # (mean, spread and whether each is within its target), and their figures.
-PAPER_DIR ?= results/paper
+PAPER_DIR ?= out/paper
 PAPER_SEEDS ?= 5
 paper: build
 	./$(BIN) paper --seeds $(PAPER_SEEDS) --results $(PAPER_DIR) -o $(PAPER_DIR)/table.md
@@ -118,7 +118,7 @@ paper: build
 	./$(BIN) plot -o $(PAPER_DIR)/figures/seed-1 $(PAPER_DIR)/mmlu-pro/0000_seed=1 $(PAPER_DIR)/medmcqa/0000_seed=1 $(PAPER_DIR)/gpqa/0000_seed=1
 
 # How each paper speedup moves with each assumption over its plausible range (tornado charts).
-SENSITIVITY_DIR ?= results/sensitivity
+SENSITIVITY_DIR ?= out/sensitivity
 sensitivity: build
 	./$(BIN) sensitivity --seeds 3 -o $(SENSITIVITY_DIR)
 	./$(BIN) plot -o $(SENSITIVITY_DIR)/figures $(SENSITIVITY_DIR)

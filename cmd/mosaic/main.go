@@ -15,8 +15,8 @@
 //	mosaic trace gen|import EXP.toml [-o w.jsonl]
 //	mosaic trace stats W.jsonl
 //	mosaic trace check-votes ANSWERS.csv [--models a,b,c] [--options 4]
-//	mosaic calibrate --data FILE [--framework vLLM] [--gpus 1[,2,4]] [--gpu NAME] [--model M] [--fit [--holdout KEY=V,...]] [-o profile.toml]
-//	mosaic calibrate --splitwise FILE | --forward FILE --gpu NAME | --cpu-overheads FILE
+//	mosaic calibrate data --data FILE [--framework vLLM] [--gpus 1[,2,4]] [--gpu NAME] [--model M] [--fit [--holdout KEY=V,...]] [-o profile.toml]
+//	mosaic calibrate splitwise FILE | cpu FILE | forward FILE... --gpu NAME
 //	mosaic catalog [gpus|models|engines|policies|rules]
 //	mosaic version
 //
@@ -61,7 +61,7 @@ var commands = []command{
 	{"sensitivity", "move each assumption of an experiment over its plausible range and measure the speedup", runSensitivity},
 	{"faster-moa", "reproduce Faster-MoA's latency reductions: the dense graph, then the tree with each technique", runFasterMoA},
 	{"trace", "generate (gen), import or describe (stats) a Mixture-of-Agents workload", runTrace},
-	{"calibrate", "compare the cost model with measured batch latencies; --fit fits a GPU's coefficients", runCalibrate},
+	{"calibrate", "compare the cost model with measurements (data, splitwise, cpu, forward); --fit fits a GPU's coefficients", runCalibrate},
 	{"catalog", "list the built-in GPUs, models, engine presets, policies and rules (gpus, models, engines, policies, rules)", runCatalog},
 	{"version", "print the version", func(_ []string, w io.Writer) error { _, err := fmt.Fprintln(w, "mosaic", version); return err }},
 }

@@ -25,7 +25,7 @@ func runPaper(args []string, stdout io.Writer) error {
 	ref := fs.String("reference", "", "the paper's figures (default: the built-in experiments/reference/mosaic-paper.toml)")
 	out := fs.String("o", "", "also write the table (markdown) to this file")
 	seeds := fs.Int("seeds", 5, "simulate each experiment file with seeds 1..N")
-	results := fs.String("results", "results/paper", "where the simulated runs go (one sweep folder per experiment), with paper.csv")
+	results := fs.String("results", "out/paper", "where the simulated runs go (one sweep folder per experiment), with paper.csv")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: mosaic paper [--seeds 5] [--results DIR] [-o table.md] [EXPERIMENT.toml | RESULTS_DIR]...
 

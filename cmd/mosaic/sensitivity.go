@@ -24,7 +24,7 @@ func runSensitivity(args []string, stdout io.Writer) error {
 	fs := newFlagSet("sensitivity", flag.ContinueOnError)
 	seeds := fs.Int("seeds", 3, "run every variant with seeds 1..N (the same seeds for all)")
 	policy := fs.String("policy", "mosaic", "the policy (label) whose speedups are measured")
-	out := fs.String("o", "results/sensitivity", "folder for the runs and sensitivity.csv")
+	out := fs.String("o", "out/sensitivity", "folder for the runs and sensitivity.csv")
 	ref := fs.String("reference", "", "the paper's figures, for the reference line (default: the built-in ones)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), `usage: mosaic sensitivity [--seeds 3] [--policy mosaic] [-o DIR] [EXPERIMENT.toml]...
