@@ -1,19 +1,15 @@
 package experiments
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
-	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,269 +19,8 @@ import (
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/replay"
 	"github.com/mosaic-sched/mosaic/results"
-	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/traces"
 )
-
-// replayConfig validates [replay] and builds the backend configuration.
-func (r *Resolved) replayConfig() (replay.Config, error) {
-	cfg := r.replayServers()
-	for _, step := range []func(*replay.Config) error{r.replayDevices, r.replayCaching, r.replayEndpoints, r.replayLimits, r.replayAPI} {
-		if err := step(&cfg); err != nil {
-			return cfg, err
-		}
-	}
-	return cfg, nil
-}
-
-// replayServers is the backend configuration of the cluster and its models as the experiment
-// resolves them, with [replay]'s settings that need no check.
-func (r *Resolved) replayServers() replay.Config {
-	rp := r.Experiment.Replay
-	W := r.NumWorkers()
-	cfg := replay.Config{Workers: W, Models: map[string]replay.Model{}, Command: rp.Command, Env: rp.Env,
-		GPUName: r.GPU.Name, GPUs: rp.GPUs, HealthTimeout: rp.HealthTimeout,
-		Timeouts:       replay.Timeouts{Connect: rp.ConnectTimeout, FirstToken: rp.FirstTokenTimeout, Idle: rp.IdleTimeout, Request: rp.RequestTimeout},
-		MaxConcurrency: rp.MaxConcurrency, Retries: DefaultRetries, TimeScale: rp.TimeScale, StopOnDeadWorker: true,
-		Seed: uint64(r.Seed), AdmissionPoll: replay.DefaultAdmissionPoll}
-	served := func(m *ResolvedModel, eng sim.EngineConfig) replay.Model {
-		return replay.Model{Name: m.Name, Arch: m.Arch.ID, Utilization: m.Memory, MaxNumSeqs: eng.MaxNumSeqs,
-			MaxTokens: eng.MaxBatchedTokens, ChunkedPrefill: eng.ChunkedPrefill, Vocab: m.Arch.Vocab}
-	}
-	for _, m := range r.Models {
-		cfg.Models[m.Name] = served(m, m.Engine)
-	}
-	if r.Mixed() {
-		// Each worker serves a model with its group's engine settings, and only the models its
-		// GPUs can hold.
-		cfg.PerWorker = make([]map[string]replay.Model, W)
-		for w := range W {
-			cfg.PerWorker[w] = map[string]replay.Model{}
-			for _, m := range r.Models {
-				if gm := r.On(m, w); gm.Cost != nil {
-					cfg.PerWorker[w][m.Name] = served(m, gm.Engine)
-				}
-			}
-		}
-	}
-	return cfg
-}
-
-// replayCaching checks and applies [replay] prefix_caching and admission_poll.
-func (r *Resolved) replayCaching(cfg *replay.Config) error {
-	e := r.Experiment
-	rp := e.Replay
-	switch rp.PrefixCaching {
-	case "":
-		cfg.PrefixCaching = len(r.Models) > 0 && r.Models[0].PrefixCaching
-	case "off":
-	case "workload":
-		cfg.PrefixCaching = true
-	default:
-		return e.errorf("replay.prefix_caching", "unknown value %q (known: off, workload)", rp.PrefixCaching)
-	}
-	if rp.AdmissionPoll != nil {
-		if *rp.AdmissionPoll < 0 || (*rp.AdmissionPoll > 0 && *rp.AdmissionPoll < time.Millisecond) {
-			return e.errorf("replay.admission_poll", "%v is not a duration of at least 1ms (or \"0s\" for none)", *rp.AdmissionPoll)
-		}
-		cfg.AdmissionPoll = *rp.AdmissionPoll
-	}
-	return nil
-}
-
-// replayEndpoints checks [replay] mode and the endpoints, which must serve every model on every
-// worker that can hold it.
-func (r *Resolved) replayEndpoints(cfg *replay.Config) error {
-	e := r.Experiment
-	rp := e.Replay
-	W := r.NumWorkers()
-	switch rp.Mode {
-	case "":
-	case "attach":
-		if len(rp.Endpoints) == 0 {
-			return e.errorf("replay.mode", "attach needs [[replay.endpoint]] tables (worker, url[, model])")
-		}
-	case "launch":
-		if len(rp.Endpoints) > 0 {
-			return e.errorf("replay.endpoint", "launch mode starts its own servers: remove the endpoints or use mode = \"attach\"")
-		}
-	default:
-		return e.errorf("replay.mode", "unknown mode %q (known: attach, launch)", rp.Mode)
-	}
-	for i, ep := range rp.Endpoints {
-		key := fmt.Sprintf("replay.endpoint[%d]", i)
-		if ep.Worker < 0 || ep.Worker >= W {
-			return e.errorf(key+".worker", "no worker %d (the cluster has %d)", ep.Worker, W)
-		}
-		if ep.Model != "" {
-			if _, ok := r.Model(ep.Model); !ok {
-				return e.errorf(key+".model", "no [[model]] is named %q", ep.Model)
-			}
-		}
-		if ep.URL == "" {
-			return e.errorf(key+".url", "missing")
-		}
-		u, err := url.Parse(ep.URL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return e.errorf(key+".url", "%q is not an http(s) URL such as http://127.0.0.1:8000", ep.URL)
-		}
-		if p := u.Port(); p != "" {
-			if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-				return e.errorf(key+".url", "%q has an invalid port", ep.URL)
-			}
-		}
-		cfg.Endpoints = append(cfg.Endpoints, replay.Endpoint{Worker: ep.Worker, Model: ep.Model, URL: ep.URL})
-	}
-	if len(cfg.Endpoints) > 0 {
-		// Every worker needs a server for every model a policy may load there.
-		for w := 0; w < W; w++ {
-			for _, m := range r.Models {
-				if r.On(m, w).Cost == nil {
-					continue // its GPUs cannot hold the model: no policy loads it there
-				}
-				if !covered(cfg.Endpoints, w, m.Name) {
-					return e.errorf("replay.endpoint", "no endpoint serves model %s on worker %d: list one with worker = %d (and model = %q, or no model for all of the worker's models)", m.Name, w, w, m.Name)
-				}
-			}
-		}
-		if rp.HealthTimeout == 0 {
-			cfg.HealthTimeout = time.Minute // attached servers are already up
-		}
-	}
-	return nil
-}
-
-// replayLimits checks and applies the calls' limits: concurrency, retries, a dead worker, the
-// time scale and the timeouts.
-func (r *Resolved) replayLimits(cfg *replay.Config) error {
-	e := r.Experiment
-	rp := e.Replay
-	if rp.MaxConcurrency < 0 || (rp.MaxConcurrency == 0 && e.has("replay.max_concurrency")) {
-		return e.errorf("replay.max_concurrency", "must be at least 1, got %d (leave it out for the engine's max_num_seqs)", rp.MaxConcurrency)
-	}
-	if rp.Retries != nil {
-		if *rp.Retries < 0 {
-			return e.errorf("replay.retries", "must not be negative")
-		}
-		cfg.Retries = *rp.Retries
-	}
-	switch rp.OnDeadWorker {
-	case "", "stop":
-	case "continue":
-		cfg.StopOnDeadWorker = false
-	default:
-		return e.errorf("replay.on_dead_worker", "unknown value %q (known: stop, continue)", rp.OnDeadWorker)
-	}
-	if rp.TimeScale < 0 {
-		return e.errorf("replay.time_scale", "must be positive")
-	}
-	for name, d := range map[string]time.Duration{"health_timeout": rp.HealthTimeout, "request_timeout": rp.RequestTimeout,
-		"connect_timeout": rp.ConnectTimeout, "first_token_timeout": rp.FirstTokenTimeout, "idle_timeout": rp.IdleTimeout} {
-		if d < 0 || (d == 0 && e.has("replay."+name)) {
-			return e.errorf("replay."+name, "must be positive, got %v", d)
-		}
-		if d != 0 && d < time.Millisecond {
-			return e.errorf("replay."+name, "%v is too short; write a duration with its unit, e.g. \"600s\"", d)
-		}
-	}
-	if rp.RetryBackoff < 0 || (rp.RetryBackoff == 0 && e.has("replay.retry_backoff")) || (rp.RetryBackoff > 0 && rp.RetryBackoff < time.Millisecond) {
-		return e.errorf("replay.retry_backoff", "%v is not a duration of at least 1ms; write it with its unit, e.g. \"0.5s\"", rp.RetryBackoff)
-	}
-	cfg.RetryBackoff = rp.RetryBackoff
-	return nil
-}
-
-// replayAPI checks and applies the servers' protocol and its settings, and the API key.
-func (r *Resolved) replayAPI(cfg *replay.Config) error {
-	e := r.Experiment
-	rp := e.Replay
-	switch replay.API(rp.API) {
-	case "", replay.APIOpenAI:
-		cfg.API = replay.APIOpenAI
-	case replay.APIOllama:
-		cfg.API = replay.APIOllama
-		if len(rp.Endpoints) == 0 {
-			return e.errorf("replay.api", "ollama replays attached servers: list each worker's `ollama serve` in [[replay.endpoint]] tables (worker, url)")
-		}
-	default:
-		return e.errorf("replay.api", "unknown API %q (known: openai, ollama)", rp.API)
-	}
-	if rp.PromptWords < 0 || (rp.PromptWords > 0 && rp.PromptWords < 2) || (rp.PromptWords == 0 && e.has("replay.prompt_words")) {
-		return e.errorf("replay.prompt_words", "must be at least 2, got %d", rp.PromptWords)
-	}
-	if rp.PromptWords > 0 && cfg.API != replay.APIOllama {
-		return e.errorf("replay.prompt_words", "only text prompts (api = \"ollama\") draw words; the openai API sends token IDs")
-	}
-	cfg.PromptWords = rp.PromptWords
-	cfg.ResetPrefixCache = len(cfg.Endpoints) > 0 && cfg.API == replay.APIOpenAI
-	if rp.ResetPrefixCache != nil {
-		cfg.ResetPrefixCache = *rp.ResetPrefixCache && len(cfg.Endpoints) > 0
-	}
-	if rp.APIKeyEnv != "" {
-		cfg.APIKey = os.Getenv(rp.APIKeyEnv)
-		if cfg.APIKey == "" {
-			return e.errorf("replay.api_key_env", "the environment variable %s is empty or unset", rp.APIKeyEnv)
-		}
-	}
-	return nil
-}
-
-// replayDevices gives every worker its CUDA devices: its GPUs (Resolved.GPUsOf: as many as
-// its group's TP degree, numbered group by group), mapped through [replay] gpus when it is
-// given. A uniform cluster of single-GPU workers keeps the simple form (one device per worker).
-func (r *Resolved) replayDevices(cfg *replay.Config) error {
-	e := r.Experiment
-	gpus := e.Replay.GPUs
-	total := r.NumGPUs()
-	if len(gpus) > 0 && len(gpus) != total {
-		if total == r.NumWorkers() {
-			return e.errorf("replay.gpus", "lists %d devices for %d workers", len(gpus), total)
-		}
-		return e.errorf("replay.gpus", "lists %d devices for %d workers of %d GPUs in all (%s): list one device per GPU, the workers taking them in order",
-			len(gpus), r.NumWorkers(), total, strings.Join(r.Hardware(), ", "))
-	}
-	seen := map[int]bool{}
-	for _, d := range gpus {
-		if d < 0 {
-			return e.errorf("replay.gpus", "device %d is negative", d)
-		}
-		if seen[d] {
-			return e.errorf("replay.gpus", "device %d is listed twice: each GPU belongs to one worker", d)
-		}
-		seen[d] = true
-	}
-	if !r.Mixed() && r.TP == 1 {
-		return nil
-	}
-	cfg.Hardware = make([]replay.WorkerHardware, r.NumWorkers())
-	for w := range cfg.Hardware {
-		hw := replay.WorkerHardware{GPUName: r.Group(w).GPU.Name}
-		for _, i := range r.GPUsOf(w) {
-			d := i
-			if len(gpus) > 0 {
-				d = gpus[i]
-			}
-			hw.Devices = append(hw.Devices, d)
-		}
-		cfg.Hardware[w] = hw
-	}
-	return nil
-}
-
-func covered(eps []replay.Endpoint, w int, model string) bool {
-	for _, ep := range eps {
-		if ep.Worker == w && (ep.Model == "" || ep.Model == model) {
-			return true
-		}
-	}
-	return false
-}
-
-// ValidateReplay checks the experiment's [replay] table.
-func (r *Resolved) ValidateReplay() error {
-	_, err := r.replayConfig()
-	return err
-}
 
 // ReplayOptions says where a replay writes, whether it resumes, and how it reports.
 type ReplayOptions struct {
@@ -305,81 +40,6 @@ type ReplayOptions struct {
 	// Progress, when set, is told of each policy's calls as they finish.
 	Progress Progress
 }
-
-// resumeState is what an interrupted replay left behind.
-type resumeState struct {
-	summaries map[string]results.SummaryRow // completed policies, every call done
-	// rows are the calls done in the interrupted run, by policy and call ID: their rows are
-	// kept as they were measured.
-	rows   map[string]map[int]results.CallRow
-	done   map[string]map[int]policies.CallTiming
-	offset map[string]time.Duration // when the interrupted policy's last recorded call ended
-	info   replayInfo               // the run.json of the interrupted run
-}
-
-func newResumeState() *resumeState {
-	return &resumeState{summaries: map[string]results.SummaryRow{}, rows: map[string]map[int]results.CallRow{},
-		done: map[string]map[int]policies.CallTiming{}, offset: map[string]time.Duration{}}
-}
-
-// readResume reads what an interrupted replay in dir measured, with the strict readers of the
-// results files (a malformed line is an error naming the file, line and column; a line torn by
-// the interruption is cut off). A policy whose summary row is not "ok" runs again: its done
-// calls are kept, the rest sent again.
-func readResume(dir *results.Dir, r *Resolved) (*resumeState, error) {
-	st := newResumeState()
-	data, err := os.ReadFile(dir.File("run.json"))
-	if err != nil {
-		return nil, fmt.Errorf("--resume: %w (nothing to resume in %s)", err, dir.Path())
-	}
-	var info replayInfo
-	if err := json.Unmarshal(data, &info); err != nil {
-		return nil, fmt.Errorf("--resume: %s: %w", dir.File("run.json"), err)
-	}
-	if info.Mode != "replay" || info.Seed != uint64(r.Seed) || info.Experiment == nil || info.Experiment.Name != r.Name {
-		return nil, fmt.Errorf("--resume: %s holds a %s run of %q (seed %d), not a replay of %q (seed %d)", dir.Path(), info.Mode, nameOf(info.Experiment), info.Seed, r.Name, r.Seed)
-	}
-	fp, err := r.fingerprint()
-	if err != nil {
-		return nil, fmt.Errorf("--resume: %w", err)
-	}
-	if info.Fingerprint != fp {
-		return nil, fmt.Errorf("--resume: the experiment differs from the one %s was started with (the workload, models, cluster or policies changed): resume with the same file and overrides, or start a new folder", dir.Path())
-	}
-	st.info = info
-	summaries, err := results.Rows(dir, results.Summary)
-	if err != nil {
-		return nil, fmt.Errorf("--resume: %w", err)
-	}
-	for _, row := range summaries {
-		if row.Status != results.StatusOK || row.FailedCalls > 0 {
-			slog.Warn("--resume: the policy ended with failed calls: running them again", "policy", row.Policy, "failed_calls", row.FailedCalls)
-			continue
-		}
-		st.summaries[row.Policy] = row
-	}
-	calls, err := results.Rows(dir, results.Calls)
-	if err != nil {
-		return nil, fmt.Errorf("--resume: %w", err)
-	}
-	for _, c := range calls {
-		if c.Status != "done" {
-			continue // sent again; its new row supersedes this one
-		}
-		if st.done[c.Policy] == nil {
-			st.done[c.Policy] = map[int]policies.CallTiming{}
-			st.rows[c.Policy] = map[int]results.CallRow{}
-		}
-		t := policies.CallTiming{Started: fromSeconds(c.StartS), FirstToken: fromSeconds(c.FirstTokenS), End: fromSeconds(c.EndS), Preemptions: c.Preemptions}
-		st.done[c.Policy][c.Call] = t
-		st.rows[c.Policy][c.Call] = c
-		st.offset[c.Policy] = max(st.offset[c.Policy], t.End)
-	}
-	return st, nil
-}
-
-// fromSeconds converts a results file's seconds to a Duration, rounded to the nanosecond.
-func fromSeconds(s float64) time.Duration { return time.Duration(math.Round(s * 1e9)) }
 
 // replayInfo is a replay's run.json: RunInfo, the servers it measured and what each policy's
 // measurement rests on.
@@ -438,29 +98,6 @@ func nameOf(e *Experiment) string {
 		return "?"
 	}
 	return e.Name
-}
-
-// resultFiles are the files a replay writes into its folder, removed when a new run reuses a
-// folder whose earlier run measured nothing.
-var resultFiles = []string{"calls.csv", "queries.csv", "workers.csv", "summary.csv", "run.json", "host.json", "gpus.csv"}
-
-// hasResults reports whether a results folder holds anything measured: a summary row or a
-// call's row.
-func hasResults(dir *results.Dir) (bool, error) {
-	for _, name := range []string{"summary.csv", "calls.csv"} {
-		data, err := os.ReadFile(dir.File(name))
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return false, err
-		}
-		// More than a header line.
-		if i := bytes.IndexByte(data, '\n'); i >= 0 && len(bytes.TrimSpace(data[i+1:])) > 0 {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // cacheSalt is the cache_salt of one policy's requests in one run: the run's nonce and the
@@ -870,21 +507,4 @@ func alwaysAggregate(wl *traces.Workload, keep []bool) float64 {
 		return math.NaN()
 	}
 	return float64(right) / float64(gold)
-}
-
-// fingerprint identifies the experiment as resolved (file, overrides and seed included, the
-// [replay] table excluded: the servers may change between an interrupted run and its
-// resumption), so that --resume refuses to mix results of different experiments.
-func (r *Resolved) fingerprint() (string, error) {
-	e := *r.Experiment
-	e.Replay = Replay{}
-	data, err := json.Marshal(struct {
-		E *Experiment
-		W *traces.Workload
-	}{&e, r.Graph.Workload})
-	if err != nil {
-		return "", fmt.Errorf("fingerprinting the experiment: %w", err)
-	}
-	sum := sha256.Sum256(data)
-	return hex.EncodeToString(sum[:8]), nil
 }
