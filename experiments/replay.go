@@ -194,19 +194,17 @@ func (r *Resolved) openReplay(ctx context.Context, opt ReplayOptions) (*replaySe
 // attached servers, and writes run.json.
 func (s *replaySession) prepare(ctx context.Context) error {
 	r, dir := s.r, s.dir
-	switch has, err := hasResults(dir); {
-	case s.opt.Resume:
+	if s.opt.Resume {
+		var err error
 		if s.state, err = readResume(dir, r); err != nil {
 			return err
 		}
-	case err != nil:
+	} else if has, err := hasResults(dir); err != nil {
 		return err
-	case has:
+	} else if has {
 		return fmt.Errorf("%s already holds results: use --resume to continue them, or another folder", s.opt.Dir)
-	default:
-		if err := dir.Remove(resultFiles...); err != nil {
-			return err // an earlier run that measured nothing: start afresh
-		}
+	} else if err := dir.Remove(resultFiles...); err != nil {
+		return err // an earlier run that measured nothing: start afresh
 	}
 	// Before anything is measured: every attached server answers (a wrong URL fails here,
 	// within the connect timeout, naming the URL and the cause).

@@ -625,5 +625,3 @@ func describeArrivals(a traces.Arrivals) string {
 	}
 	return fmt.Sprintf("Poisson arrivals %.3g/s", a.Rate)
 }
-
-func nan() float64 { return math.NaN() }
