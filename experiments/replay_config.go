@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/mosaic-sched/mosaic/replay"
-	"github.com/mosaic-sched/mosaic/sim"
 )
 
 // The [replay] table: its checks, and the backend configuration it resolves to.
@@ -29,30 +28,22 @@ func (r *Resolved) replayConfig() (replay.Config, error) {
 // resolves them, with [replay]'s settings that need no check.
 func (r *Resolved) replayServers() replay.Config {
 	rp := r.Experiment.Replay
-	W := r.NumWorkers()
-	cfg := replay.Config{Workers: W, Models: map[string]replay.Model{}, Command: rp.Command, Env: rp.Env,
-		GPUName: r.GPU.Name, GPUs: rp.GPUs, HealthTimeout: rp.HealthTimeout,
+	cfg := replay.Config{Command: rp.Command, Env: rp.Env, HealthTimeout: rp.HealthTimeout,
 		Timeouts:       replay.Timeouts{Connect: rp.ConnectTimeout, FirstToken: rp.FirstTokenTimeout, Idle: rp.IdleTimeout, Request: rp.RequestTimeout},
 		MaxConcurrency: rp.MaxConcurrency, Retries: DefaultRetries, TimeScale: rp.TimeScale, StopOnDeadWorker: true,
 		Seed: uint64(r.Seed), AdmissionPoll: replay.DefaultAdmissionPoll}
-	served := func(m *ResolvedModel, eng sim.EngineConfig) replay.Model {
-		return replay.Model{Name: m.Name, Arch: m.Arch.ID, Utilization: m.Memory, MaxNumSeqs: eng.MaxNumSeqs,
-			MaxTokens: eng.MaxBatchedTokens, ChunkedPrefill: eng.ChunkedPrefill, Vocab: m.Arch.Vocab}
-	}
-	for _, m := range r.Models {
-		cfg.Models[m.Name] = served(m, m.Engine)
-	}
-	if r.Mixed() {
-		// Each worker serves a model with its group's engine settings, and only the models its
-		// GPUs can hold.
-		cfg.PerWorker = make([]map[string]replay.Model, W)
-		for w := range W {
-			cfg.PerWorker[w] = map[string]replay.Model{}
-			for _, m := range r.Models {
-				if gm := r.On(m, w); gm.Cost != nil {
-					cfg.PerWorker[w][m.Name] = served(m, gm.Engine)
-				}
+	// Each worker serves a model with its group's engine settings, and only the models its
+	// GPUs can hold; its devices are its GPUs' numbers until replayDevices maps them.
+	for gi, g := range r.Groups {
+		models := map[string]replay.Model{}
+		for _, m := range r.Models {
+			if gm := m.OnGroup[gi]; gm.Cost != nil {
+				models[m.Name] = replay.Model{Name: m.Name, Arch: m.Arch.ID, Utilization: m.Memory, MaxNumSeqs: gm.Engine.MaxNumSeqs,
+					MaxTokens: gm.Engine.MaxBatchedTokens, ChunkedPrefill: gm.Engine.ChunkedPrefill, Vocab: m.Arch.Vocab}
 			}
+		}
+		for w := g.First; w < g.First+g.Count; w++ {
+			cfg.Workers = append(cfg.Workers, replay.Worker{Hardware: replay.WorkerHardware{GPUName: g.GPU.Name, Devices: r.GPUsOf(w)}, Models: models})
 		}
 	}
 	return cfg
@@ -219,7 +210,7 @@ func (r *Resolved) replayAPI(cfg *replay.Config) error {
 
 // replayDevices gives every worker its CUDA devices: its GPUs (Resolved.GPUsOf: as many as
 // its group's TP degree, numbered group by group), mapped through [replay] gpus when it is
-// given. A uniform cluster of single-GPU workers keeps the simple form (one device per worker).
+// given.
 func (r *Resolved) replayDevices(cfg *replay.Config) error {
 	e := r.Experiment
 	gpus := e.Replay.GPUs
@@ -241,20 +232,12 @@ func (r *Resolved) replayDevices(cfg *replay.Config) error {
 		}
 		seen[d] = true
 	}
-	if !r.Mixed() && r.TP == 1 {
-		return nil
-	}
-	cfg.Hardware = make([]replay.WorkerHardware, r.NumWorkers())
-	for w := range cfg.Hardware {
-		hw := replay.WorkerHardware{GPUName: r.Group(w).GPU.Name}
-		for _, i := range r.GPUsOf(w) {
-			d := i
-			if len(gpus) > 0 {
-				d = gpus[i]
+	if len(gpus) > 0 {
+		for _, wk := range cfg.Workers {
+			for i, d := range wk.Hardware.Devices {
+				wk.Hardware.Devices[i] = gpus[d]
 			}
-			hw.Devices = append(hw.Devices, d)
 		}
-		cfg.Hardware[w] = hw
 	}
 	return nil
 }

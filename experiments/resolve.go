@@ -365,12 +365,9 @@ func (e *Experiment) Resolve() (*Resolved, error) {
 	return r, nil
 }
 
-// checkGroupsServe rejects a worker group of a mixed cluster that can run none of the
-// experiment's models: its GPUs would only idle.
+// checkGroupsServe rejects a worker group that can run none of the experiment's models: its
+// GPUs would only idle.
 func (r *Resolved) checkGroupsServe() error {
-	if !r.Mixed() {
-		return nil
-	}
 	for gi, g := range r.Groups {
 		var why []string
 		for _, m := range r.Models {

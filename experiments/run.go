@@ -44,48 +44,37 @@ type Run struct {
 // Progress reports a policy's progress: calls done of the total known so far.
 type Progress func(policy string, done, total int)
 
-// ModelInfos returns what policies may know about the experiment's models. On a mixed cluster
-// each carries its cost on every worker (ModelInfo.Workers); on a uniform one its Cost, Engine
-// and LoadTime hold on every worker.
+// ModelInfos returns what policies may know about the experiment's models: each carries its
+// cost on every worker (ModelInfo.Workers), its group's.
 func (r *Resolved) ModelInfos() []policies.ModelInfo {
 	out := make([]policies.ModelInfo, 0, len(r.Models))
 	for _, m := range r.Models {
 		info := policies.ModelInfo{Name: m.Name, Arch: m.Arch, Cost: m.Cost, Engine: m.Engine,
-			Output: m.Output, Memory: m.Memory, LoadTime: m.Cost.LoadTime()}
-		if r.Mixed() {
-			info.Workers = make([]policies.WorkerCost, r.NumWorkers())
-			for w := range info.Workers {
-				gm := r.On(m, w)
-				wc := policies.WorkerCost{Hardware: r.Group(w).Hardware(), Unfit: gm.Unfit}
-				if gm.Cost != nil {
-					wc.Cost, wc.Engine, wc.LoadTime = gm.Cost, gm.Engine, gm.Cost.LoadTime()
-				}
-				info.Workers[w] = wc
+			Output: m.Output, Memory: m.Memory, LoadTime: m.Cost.LoadTime(), Workers: make([]policies.WorkerCost, r.NumWorkers())}
+		for w := range info.Workers {
+			gm := r.On(m, w)
+			wc := policies.WorkerCost{Hardware: r.Group(w).Hardware(), Unfit: gm.Unfit}
+			if gm.Cost != nil {
+				wc.Cost, wc.Engine, wc.LoadTime = gm.Cost, gm.Engine, gm.Cost.LoadTime()
 			}
+			info.Workers[w] = wc
 		}
 		out = append(out, info)
 	}
 	return out
 }
 
-// clusterConfig is the simulated cluster of the experiment: every worker's cost model and
-// engine for each model (on a mixed cluster, each worker's own).
+// clusterConfig is the simulated cluster of the experiment: each worker runs a model with its
+// group's cost model and engine (the workers of a group share one setup).
 func (r *Resolved) clusterConfig() simulated.Config {
-	cfg := simulated.Config{Workers: r.NumWorkers(), UnloadTime: DefaultUnloadTime}
-	if !r.Mixed() {
-		cfg.Models = map[string]simulated.ModelSetup{}
+	cfg := simulated.Config{UnloadTime: DefaultUnloadTime}
+	for gi, g := range r.Groups {
+		setup := simulated.WorkerSetup{}
 		for _, rm := range r.Models {
-			cfg.Models[rm.Name] = simulated.ModelSetup{Cost: rm.Cost, Engine: rm.Engine}
+			gm := rm.OnGroup[gi]
+			setup[rm.Name] = simulated.ModelSetup{Cost: gm.Cost, Engine: gm.Engine, Unfit: gm.Unfit}
 		}
-		return cfg
-	}
-	cfg.PerWorker = make([]map[string]simulated.ModelSetup, r.NumWorkers())
-	for w := range cfg.PerWorker {
-		cfg.PerWorker[w] = map[string]simulated.ModelSetup{}
-		for _, rm := range r.Models {
-			gm := r.On(rm, w)
-			cfg.PerWorker[w][rm.Name] = simulated.ModelSetup{Cost: gm.Cost, Engine: gm.Engine, Unfit: gm.Unfit}
-		}
+		cfg.Workers = append(cfg.Workers, simulated.Identical(g.Count, setup)...)
 	}
 	return cfg
 }

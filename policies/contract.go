@@ -208,10 +208,11 @@ type ModelInfo struct {
 	Memory float64
 	// LoadTime is the predicted time to load the model.
 	LoadTime time.Duration
-	// Workers is the model on each worker, by WorkerID, when the workers differ (a mixed
-	// cluster: see WorkerCost); nil when every worker is alike, and Cost, Engine and LoadTime
-	// then hold on each. On a mixed cluster Cost, Engine and LoadTime are the first worker's
-	// that can run the model.
+	// Workers is the model on each worker, by WorkerID (see WorkerCost): on a mixed cluster the
+	// workers differ in GPU type and tensor-parallel degree; on a cluster of one kind of
+	// worker every entry is alike (Alike). Cost, Engine and LoadTime are the first worker's
+	// that can run the model. A model given to NewDriver without Workers runs alike on every
+	// worker (OnEvery).
 	Workers []WorkerCost
 }
 

@@ -63,11 +63,7 @@ type Driver struct {
 	done    int // calls done
 	total   int // calls that will run, as known
 
-	timers   timerHeap
-	waking   map[time.Duration]bool // backend wake-ups requested and not yet delivered
-	arrivals []int                  // query indices by arrival time
-	arrived  int                    // queries of arrivals released so far
-	timerSeq int
+	clock clock // arrivals, tool steps' ends and the policy's wake-ups (driver_timers.go)
 	// loadsIdle counts the loads since a call last finished: a policy that keeps loading
 	// models without serving anything is thrashing, and fails the run instead of running
 	// forever.
@@ -91,8 +87,14 @@ type Driver struct {
 	decided, lowered int
 	// answers is inputAnswers' scratch.
 	answers []string
-	// errs are the errors of failed calls and cancelledAt when cancelled calls were
-	// cancelled, by call ID (few calls; the call states stay small).
+	// outcomes are the calls that failed, were cancelled or were sent more than once.
+	outcomes outcomes
+}
+
+// outcomes records the calls whose end was not a plain finish, by call ID: few calls, so the
+// call states stay small.
+type outcomes struct {
+	// errs are the errors of failed calls, cancelledAt when cancelled calls were cancelled.
 	errs        map[int]string
 	cancelledAt map[int]time.Duration
 	// retried holds the attempts of the calls the backend sent more than once.
@@ -230,9 +232,18 @@ func NewDriver(b Backend, p Policy, r Rule, wl *traces.Workload, models []ModelI
 	if len(models) >= math.MaxInt16 {
 		return nil, fmt.Errorf("policies: %d models (at most %d)", len(models), math.MaxInt16-1)
 	}
+	models = slices.Clone(models)
+	for i, m := range models {
+		switch {
+		case m.Workers == nil:
+			models[i] = m.OnEvery(workers, "")
+		case len(m.Workers) != workers:
+			return nil, fmt.Errorf("policies: model %s lists %d workers' costs for %d workers", m.Name, len(m.Workers), workers)
+		}
+	}
 	d := &Driver{backend: b, policy: p, rule: r, workload: wl, models: models, workers: workers,
-		byName: map[string]int{}, waking: map[time.Duration]bool{},
-		errs: map[int]string{}, cancelledAt: map[int]time.Duration{}, retried: map[int]retry{}}
+		byName: map[string]int{}, clock: clock{waking: map[time.Duration]bool{}},
+		outcomes: outcomes{errs: map[int]string{}, cancelledAt: map[int]time.Duration{}, retried: map[int]retry{}}}
 	for i, m := range models {
 		d.byName[m.Name] = i
 	}
@@ -300,12 +311,14 @@ func NewDriver(b Backend, p Policy, r Rule, wl *traces.Workload, models []ModelI
 	}
 	d.pending = len(wl.Queries)
 	d.total = n
-	d.arrivals = make([]int, len(wl.Queries))
-	for i := range d.arrivals {
-		d.arrivals[i] = i
+	d.clock.arrivals = make([]int, len(wl.Queries))
+	for i := range d.clock.arrivals {
+		d.clock.arrivals[i] = i
 	}
 	if !slices.IsSortedFunc(wl.Queries, func(a, b traces.Query) int { return cmp.Compare(a.Arrival, b.Arrival) }) {
-		sort.SliceStable(d.arrivals, func(a, b int) bool { return wl.Queries[d.arrivals[a]].Arrival < wl.Queries[d.arrivals[b]].Arrival })
+		sort.SliceStable(d.clock.arrivals, func(a, b int) bool {
+			return wl.Queries[d.clock.arrivals[a]].Arrival < wl.Queries[d.clock.arrivals[b]].Arrival
+		})
 	}
 	return d, nil
 }
@@ -322,12 +335,12 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 	// Queries of the offline batch are ready at the start (the policy sees them in the View);
 	// later arrivals wake the driver.
 	var fx effects
-	for d.arrived < len(d.arrivals) && d.workload.Queries[d.arrivals[d.arrived]].Arrival <= 0 {
-		d.arrive(d.arrivals[d.arrived], 0, &fx)
-		d.arrived++
+	for d.clock.arrived < len(d.clock.arrivals) && d.workload.Queries[d.clock.arrivals[d.clock.arrived]].Arrival <= 0 {
+		d.arrive(d.clock.arrivals[d.clock.arrived], 0, &fx)
+		d.clock.arrived++
 	}
-	if d.arrived < len(d.arrivals) {
-		d.addTimer(timer{at: d.workload.Queries[d.arrivals[d.arrived]].Arrival, kind: timerArrival})
+	if d.clock.arrived < len(d.clock.arrivals) {
+		d.addTimer(timer{at: d.workload.Queries[d.clock.arrivals[d.clock.arrived]].Arrival, kind: timerArrival})
 	}
 	acts, err := d.policy.Start(d)
 	if err != nil {
@@ -411,10 +424,10 @@ const maxIdleWakes = 10000
 // quiet reports whether nothing is under way: no call in flight or stopping, no load or
 // unload, no tool step and no arrival to come.
 func (d *Driver) quiet() bool {
-	if d.stopping > 0 || d.arrived < len(d.arrivals) {
+	if d.stopping > 0 || d.clock.arrived < len(d.clock.arrivals) {
 		return false
 	}
-	for _, t := range d.timers {
+	for _, t := range d.clock.timers {
 		if t.kind != timerPolicy {
 			return false
 		}
@@ -537,8 +550,8 @@ func (d *Driver) callRecord(id int) CallRecord {
 	case callCancelled, callCancelling:
 		st, produced = "cancelled", int(cs.produced)
 	}
-	r := d.retried[id]
-	return CallRecord{Call: cs.call, Worker: cs.worker, Ready: cs.ready, Timing: cs.timing, Status: st, Err: d.errs[id], Final: cs.final,
+	r := d.outcomes.retried[id]
+	return CallRecord{Call: cs.call, Worker: cs.worker, Ready: cs.ready, Timing: cs.timing, Status: st, Err: d.outcomes.errs[id], Final: cs.final,
 		Attempts: max(1, r.attempts), RetryLost: r.lost,
 		Produced: produced}
 }
@@ -551,7 +564,7 @@ func (d *Driver) finish(ev *Event) ([]Event, error) {
 	cs := &d.calls[id]
 	cs.timing = ev.Timing
 	if ev.Attempts > 1 {
-		d.retried[id] = retry{attempts: ev.Attempts, lost: ev.RetryLost}
+		d.outcomes.retried[id] = retry{attempts: ev.Attempts, lost: ev.RetryLost}
 	}
 	if ev.Kind == EventDone {
 		cs.status = callDone
@@ -562,7 +575,7 @@ func (d *Driver) finish(ev *Event) ([]Event, error) {
 	} else {
 		cs.status = callFailed
 		if ev.Err != nil {
-			d.errs[id] = ev.Err.Error()
+			d.outcomes.errs[id] = ev.Err.Error()
 		}
 	}
 	ev.Call = d.refPtr(id)

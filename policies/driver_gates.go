@@ -106,7 +106,7 @@ func (d *Driver) cancel(id int, now time.Duration, fx *effects) {
 	default:
 		return
 	}
-	d.cancelledAt[id] = now
+	d.outcomes.cancelledAt[id] = now
 	d.counts(cs).expected--
 	d.counts(cs).remaining--
 	d.total--

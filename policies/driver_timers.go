@@ -9,6 +9,15 @@ import (
 // The Driver's timers: query arrivals, tool steps that end, and the policy's wake-ups, in one
 // heap ordered by time.
 
+// clock is the Driver's timers and the queries' arrivals.
+type clock struct {
+	timers   timerHeap
+	waking   map[time.Duration]bool // backend wake-ups requested and not yet delivered
+	arrivals []int                  // query indices by arrival time
+	arrived  int                    // queries of arrivals released so far
+	timerSeq int
+}
+
 // timer is one of the Driver's own deadlines.
 type timer struct {
 	at   time.Duration
@@ -46,11 +55,11 @@ func (h *timerHeap) pop() timer {
 // addTimer schedules one of the Driver's deadlines and asks the backend to wake it then.
 func (d *Driver) addTimer(t timer) {
 	t.at = max(t.at, d.backend.Now())
-	d.timerSeq++
-	t.seq = d.timerSeq
-	d.timers.push(t)
-	if !d.waking[t.at] {
-		d.waking[t.at] = true
+	d.clock.timerSeq++
+	t.seq = d.clock.timerSeq
+	d.clock.timers.push(t)
+	if !d.clock.waking[t.at] {
+		d.clock.waking[t.at] = true
 		d.backend.WakeAt(t.at)
 	}
 }
@@ -58,19 +67,19 @@ func (d *Driver) addTimer(t timer) {
 // timersDue runs the Driver's deadlines up to now: arrivals, tool steps that end, and the
 // policy's wake-ups.
 func (d *Driver) timersDue(now time.Duration) ([]Event, error) {
-	delete(d.waking, now)
+	delete(d.clock.waking, now)
 	var fx effects
 	wake := false
-	for len(d.timers) > 0 && d.timers[0].at <= now {
-		t := d.timers.pop()
+	for len(d.clock.timers) > 0 && d.clock.timers[0].at <= now {
+		t := d.clock.timers.pop()
 		switch t.kind {
 		case timerArrival:
-			for d.arrived < len(d.arrivals) && d.workload.Queries[d.arrivals[d.arrived]].Arrival <= now {
-				d.arrive(d.arrivals[d.arrived], now, &fx)
-				d.arrived++
+			for d.clock.arrived < len(d.clock.arrivals) && d.workload.Queries[d.clock.arrivals[d.clock.arrived]].Arrival <= now {
+				d.arrive(d.clock.arrivals[d.clock.arrived], now, &fx)
+				d.clock.arrived++
 			}
-			if d.arrived < len(d.arrivals) {
-				d.addTimer(timer{at: d.workload.Queries[d.arrivals[d.arrived]].Arrival, kind: timerArrival})
+			if d.clock.arrived < len(d.clock.arrivals) {
+				d.addTimer(timer{at: d.workload.Queries[d.clock.arrivals[d.clock.arrived]].Arrival, kind: timerArrival})
 			}
 		case timerTool:
 			cs := &d.calls[t.id]

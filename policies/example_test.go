@@ -82,7 +82,7 @@ func ExamplePolicy() {
 	}
 
 	const workers = 2
-	backend, err := simulated.New(simulated.Config{Workers: workers, Models: setups, UnloadTime: time.Second})
+	backend, err := simulated.New(simulated.Config{Workers: simulated.Identical(workers, setups), UnloadTime: time.Second})
 	if err != nil {
 		panic(err)
 	}

@@ -125,7 +125,7 @@ func (d *Driver) finishedAt(id int) time.Duration {
 	case callSkipped:
 		return cs.ready
 	case callCancelled, callCancelling:
-		return d.cancelledAt[id]
+		return d.outcomes.cancelledAt[id]
 	}
 	return cs.timing.End
 }

@@ -28,12 +28,8 @@ type WorkerCost struct {
 	Unfit string
 }
 
-// On returns how the model runs on worker w: Workers[w] on a mixed cluster, otherwise the
-// model's Cost, Engine and LoadTime, which hold on every worker.
+// On returns how the model runs on worker w (Workers[w]).
 func (m ModelInfo) On(w WorkerID) WorkerCost {
-	if m.Workers == nil {
-		return WorkerCost{Cost: m.Cost, Engine: m.Engine, LoadTime: m.LoadTime}
-	}
 	if w < 0 || int(w) >= len(m.Workers) {
 		return WorkerCost{Unfit: "no such worker"}
 	}
@@ -41,14 +37,10 @@ func (m ModelInfo) On(w WorkerID) WorkerCost {
 }
 
 // At returns the model as it runs on worker w: its Cost, Engine and LoadTime are the worker's
-// (On) and Workers is nil, so code written for one kind of worker (a serving profile) sees that
-// worker's costs. On a uniform cluster it is the model itself.
+// (On), so code written for one kind of worker (a serving profile) sees that worker's costs.
 func (m ModelInfo) At(w WorkerID) ModelInfo {
-	if m.Workers == nil {
-		return m
-	}
 	wc := m.On(w)
-	m.Cost, m.Engine, m.LoadTime, m.Workers = wc.Cost, wc.Engine, wc.LoadTime, nil
+	m.Cost, m.Engine, m.LoadTime = wc.Cost, wc.Engine, wc.LoadTime
 	return m
 }
 
@@ -56,10 +48,30 @@ func (m ModelInfo) At(w WorkerID) ModelInfo {
 // and a KV cache fit the worker's GPUs. It says nothing of what the worker holds now: View.Fits
 // checks the memory next to the models already there (CanLoad checks both).
 func (m ModelInfo) CanRun(w WorkerID) bool {
-	if m.Workers == nil {
-		return w >= 0
-	}
 	return w >= 0 && int(w) < len(m.Workers) && m.Workers[w].Unfit == ""
+}
+
+// Alike reports whether every worker runs the model with the same cost model, engine and load
+// time: a cluster of one kind of worker, where any worker can stand for the others.
+func (m ModelInfo) Alike() bool {
+	for _, wc := range m.Workers {
+		if wc.Cost != m.Workers[0].Cost || wc.Engine != m.Workers[0].Engine || wc.LoadTime != m.Workers[0].LoadTime || wc.Unfit != "" {
+			return false
+		}
+	}
+	return true
+}
+
+// OnEvery returns the model on a cluster of n identical workers of the given hardware: Workers
+// lists n workers that each run it with its Cost, Engine and LoadTime. NewDriver gives a model
+// listed without Workers this form.
+func (m ModelInfo) OnEvery(n int, hardware string) ModelInfo {
+	wc := WorkerCost{Hardware: hardware, Cost: m.Cost, Engine: m.Engine, LoadTime: m.LoadTime}
+	m.Workers = make([]WorkerCost, n)
+	for w := range m.Workers {
+		m.Workers[w] = wc
+	}
+	return m
 }
 
 // Runnable lists the workers of a cluster of n workers that can run the model, in order.
@@ -79,15 +91,4 @@ func (m ModelInfo) Runnable(n int) []WorkerID {
 func CanLoad(v View, w WorkerID, model string) bool {
 	m, ok := v.Model(model)
 	return ok && m.CanRun(w) && v.Fits(w, model)
-}
-
-// Mixed reports whether the models' costs differ from worker to worker (some model has
-// per-worker costs).
-func Mixed(models []ModelInfo) bool {
-	for _, m := range models {
-		if m.Workers != nil {
-			return true
-		}
-	}
-	return false
 }

@@ -72,6 +72,7 @@ type Backend struct {
 	seen        []ServerInfo
 	over        overheads
 	prefixOf    func(*traces.Call) int // the shared prefix of a call's prompt (sharedPrefix)
+	vocab       map[string]int         // each model's vocabulary, for synthetic prompts
 	// handling is when the last finished call handed to the Driver ended (real time; zero
 	// when none is being handled). Only the Driver's goroutine touches it.
 	handling time.Time
@@ -85,7 +86,7 @@ var _ backend.Backend = (*Backend)(nil)
 // not open enough files for the connections it will hold (after raising the soft limit to
 // the hard one if that suffices).
 func New(cfg Config) (*Backend, error) {
-	if cfg.Workers <= 0 {
+	if len(cfg.Workers) == 0 {
 		return nil, errors.New("replay: no workers")
 	}
 	if cfg.TimeScale <= 0 {
@@ -122,17 +123,16 @@ func New(cfg Config) (*Backend, error) {
 	if cfg.MaxConcurrency < 0 {
 		return nil, fmt.Errorf("replay: max concurrency must not be negative, got %d", cfg.MaxConcurrency)
 	}
-	for name, m := range cfg.Models {
-		if cfg.API.orDefault() == APIOpenAI && m.Vocab > 0 && m.Vocab < MinVocab {
-			return nil, fmt.Errorf("replay: model %s has a vocabulary of %d tokens; synthetic prompts need at least %d", name, m.Vocab, MinVocab)
-		}
-	}
-	if (cfg.Hardware != nil && len(cfg.Hardware) != cfg.Workers) || (cfg.PerWorker != nil && len(cfg.PerWorker) != cfg.Workers) {
-		return nil, fmt.Errorf("replay: per-worker hardware and models must list %d workers", cfg.Workers)
-	}
-	for w, h := range cfg.Hardware {
-		if len(h.Devices) == 0 {
+	vocab := map[string]int{}
+	for w, wk := range cfg.Workers {
+		if len(wk.Hardware.Devices) == 0 {
 			return nil, fmt.Errorf("replay: worker %d has no GPU devices", w)
+		}
+		for name, m := range wk.Models {
+			if cfg.API.orDefault() == APIOpenAI && m.Vocab > 0 && m.Vocab < MinVocab {
+				return nil, fmt.Errorf("replay: model %s has a vocabulary of %d tokens; synthetic prompts need at least %d", name, m.Vocab, MinVocab)
+			}
+			vocab[name] = m.Vocab
 		}
 	}
 	if err := ensureFileLimit(cfg.fileNeed()); err != nil {
@@ -142,7 +142,7 @@ func New(cfg Config) (*Backend, error) {
 	b := &Backend{cfg: cfg, start: time.Now(), events: make(chan backend.Event, 1024), ctx: ctx, cancel: cancel,
 		control: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2, MaxConnsPerHost: 4,
 			DialContext: (&net.Dialer{Timeout: cfg.Timeouts.Connect}).DialContext, ResponseHeaderTimeout: cfg.Timeouts.Connect}},
-		servers: map[serverKey]*server{}, prefixOf: sharedPrefix}
+		servers: map[serverKey]*server{}, prefixOf: sharedPrefix, vocab: vocab}
 	for w := range cfg.Workers {
 		d := newDispatcher(b, w)
 		b.dispatchers = append(b.dispatchers, d)

@@ -54,8 +54,8 @@ func infos() []policies.ModelInfo {
 }
 
 func config(urls ...string) replay.Config {
-	cfg := replay.Config{Workers: len(urls), TimeScale: scale, Retries: 3, RetryBackoff: 10 * time.Millisecond, HealthTimeout: 10 * time.Second,
-		Models: map[string]replay.Model{"M0": {Name: "M0"}, "M1": {Name: "M1"}}}
+	cfg := replay.Config{Workers: replay.Identical(len(urls), "A100-80GB", map[string]replay.Model{"M0": {Name: "M0"}, "M1": {Name: "M1"}}),
+		TimeScale: scale, Retries: 3, RetryBackoff: 10 * time.Millisecond, HealthTimeout: 10 * time.Second}
 	for w, u := range urls {
 		cfg.Endpoints = append(cfg.Endpoints, replay.Endpoint{Worker: w, URL: u})
 	}
@@ -69,7 +69,7 @@ func run(t *testing.T, cfg replay.Config, wl *traces.Workload, hooks ...func(*po
 	b, err := replay.New(cfg)
 	require.NoError(t, err)
 	defer b.Close()
-	d, err := policies.NewDriver(b, roundrobin.New(), policies.NeverSkip(), wl, infos(), cfg.Workers)
+	d, err := policies.NewDriver(b, roundrobin.New(), policies.NeverSkip(), wl, infos(), len(cfg.Workers))
 	require.NoError(t, err)
 	for _, h := range hooks {
 		h(d)

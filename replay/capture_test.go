@@ -48,7 +48,7 @@ func TestCapturedPromptsShareExactlyTheMarkedPrefix(t *testing.T) {
 			}))
 			defer srv.Close()
 
-			b, err := New(Config{Workers: 1, Models: map[string]Model{"M": {Name: "M", MaxNumSeqs: 8}}, Seed: 9, TimeScale: 100,
+			b, err := New(Config{Workers: Identical(1, "A100-80GB", map[string]Model{"M": {Name: "M", MaxNumSeqs: 8}}), Seed: 9, TimeScale: 100,
 				Endpoints: []Endpoint{{Worker: 0, URL: srv.URL}}, PrefixCaching: caching, HealthTimeout: 10 * time.Second})
 			require.NoError(t, err)
 			defer b.Close()

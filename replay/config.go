@@ -35,8 +35,10 @@ type Endpoint struct {
 
 // Config configures a Backend.
 type Config struct {
-	Workers int
-	Models  map[string]Model
+	// Workers is each worker's GPUs and how it serves each model, in worker order: on a mixed
+	// cluster a model's engine settings follow the worker's GPUs. Workers that are alike share
+	// one model map (Identical).
+	Workers []Worker
 	// Endpoints attach workers to running servers; when empty, servers are launched.
 	Endpoints []Endpoint
 	// Command is the launch template; placeholders: {model} {arch} {port} {gpu} {gpu_name}
@@ -44,19 +46,8 @@ type Config struct {
 	// {mosaic} {prefix_caching} {chunked_prefill} (see Placeholders).
 	Command string
 	// Env holds extra environment variables of launched servers (templated likewise).
-	Env     map[string]string
-	GPUName string
-	GPUs    []int // CUDA device of each worker (default: its index)
-	// Hardware, when set (one entry per worker), describes each worker's GPUs instead of
-	// GPUName and GPUs: its GPU type and CUDA devices, several for a tensor-parallel group (a
-	// launched server sees all of them in CUDA_VISIBLE_DEVICES and gets
-	// --tensor-parallel-size through {tensor_parallel}).
-	Hardware []WorkerHardware
-	// PerWorker, when set (one map per worker), says how each model is served on each worker
-	// instead of Models: on a mixed cluster a model's engine settings follow the worker's GPUs.
-	// A model missing from a worker's map cannot be loaded on it.
-	PerWorker []map[string]Model
-	LogDir    string
+	Env    map[string]string
+	LogDir string
 	// HealthTimeout bounds a launch or attach until /health answers 200.
 	HealthTimeout time.Duration
 	// Timeouts bound each attempt of a call (in real time); zero fields take the defaults
@@ -109,40 +100,40 @@ type Config struct {
 // DefaultPromptWords is Config.PromptWords' default.
 const DefaultPromptWords = 256
 
+// Worker is one worker of the cluster: its GPUs and how it serves each model they can hold.
+type Worker struct {
+	Hardware WorkerHardware
+	// Models says how the worker serves each model, by name; a model missing from it cannot be
+	// loaded on the worker.
+	Models map[string]Model
+}
+
 // WorkerHardware is one worker's GPUs: their type (a catalog name) and CUDA devices, one per
-// GPU of the worker's tensor-parallel group.
+// GPU of the worker's tensor-parallel group (a launched server sees all of them in
+// CUDA_VISIBLE_DEVICES and gets --tensor-parallel-size through {tensor_parallel}).
 type WorkerHardware struct {
 	GPUName string
 	Devices []int
 }
 
-// hardware returns worker w's GPUs.
-func (cfg *Config) hardware(w int) WorkerHardware {
-	if w < len(cfg.Hardware) {
-		return cfg.Hardware[w]
+// Identical returns n workers of one GPU of type gpuName each, on CUDA devices 0 to n-1, each
+// serving every model as models says: a cluster of one kind of worker.
+func Identical(n int, gpuName string, models map[string]Model) []Worker {
+	out := make([]Worker, n)
+	for w := range out {
+		out[w] = Worker{Hardware: WorkerHardware{GPUName: gpuName, Devices: []int{w}}, Models: models}
 	}
-	gpu := w
-	if w < len(cfg.GPUs) {
-		gpu = cfg.GPUs[w]
-	}
-	return WorkerHardware{GPUName: cfg.GPUName, Devices: []int{gpu}}
+	return out
 }
 
 // model returns how model is served on worker w, or an error when it cannot be served there.
 func (cfg *Config) model(w int, model string) (Model, error) {
-	if cfg.PerWorker == nil {
-		m, ok := cfg.Models[model]
-		if !ok {
-			return m, fmt.Errorf("replay: unknown model %q", model)
-		}
-		return m, nil
-	}
-	if w < 0 || w >= len(cfg.PerWorker) {
+	if w < 0 || w >= len(cfg.Workers) {
 		return Model{}, fmt.Errorf("replay: no worker %d", w)
 	}
-	m, ok := cfg.PerWorker[w][model]
+	m, ok := cfg.Workers[w].Models[model]
 	if !ok {
-		return m, fmt.Errorf("replay: model %q cannot run on worker %d (%s)", model, w, cfg.hardware(w).describe())
+		return m, fmt.Errorf("replay: model %q cannot run on worker %d (%s)", model, w, cfg.Workers[w].Hardware.describe())
 	}
 	return m, nil
 }
@@ -227,13 +218,17 @@ func (cfg *Config) limit(m Model) int {
 // of as many servers as fit its memory together, plus a margin for the control connections,
 // the launched servers' logs and pipes, and the results files.
 func (cfg *Config) fileNeed() int {
-	most, minUtil := 0, 1.0
-	for _, m := range cfg.Models {
-		most = max(most, cfg.limit(m))
-		if m.Utilization > 0 {
-			minUtil = min(minUtil, m.Utilization)
+	need := 64
+	for _, wk := range cfg.Workers {
+		most, minUtil := 0, 1.0
+		for _, m := range wk.Models {
+			most = max(most, cfg.limit(m))
+			if m.Utilization > 0 {
+				minUtil = min(minUtil, m.Utilization)
+			}
 		}
+		resident := min(len(wk.Models), max(1, int(1/minUtil+1e-9)))
+		need += resident * (most + 4)
 	}
-	resident := min(len(cfg.Models), max(1, int(1/minUtil+1e-9)))
-	return cfg.Workers*resident*(most+4) + 64
+	return need
 }

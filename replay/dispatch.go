@@ -301,7 +301,7 @@ func (b *Backend) request(c *traces.Call, maxTokens int) request {
 
 // prompt is the call's prompt as token IDs.
 func (b *Backend) prompt(c *traces.Call) []int {
-	return PromptIDs(b.cfg.Seed, c.Query, c.ID, c.InputTokens, b.prefixOf(c), b.cfg.Models[c.Model].Vocab)
+	return PromptIDs(b.cfg.Seed, c.Query, c.ID, c.InputTokens, b.prefixOf(c), b.vocab[c.Model])
 }
 
 // sharedPrefix is how many leading tokens of c's prompt are its query's shared prefix (the

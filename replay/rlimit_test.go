@@ -33,9 +33,10 @@ func TestEnsureFileLimit(t *testing.T) {
 }
 
 func TestFileNeed(t *testing.T) {
-	cfg := Config{Workers: 4, Models: map[string]Model{"a": {MaxNumSeqs: 256, Utilization: 0.9}, "b": {MaxNumSeqs: 128, Utilization: 0.9}}}
+	models := map[string]Model{"a": {MaxNumSeqs: 256, Utilization: 0.9}, "b": {MaxNumSeqs: 128, Utilization: 0.9}}
+	cfg := Config{Workers: Identical(4, "A100-80GB", models)}
 	assert.Equal(t, 4*1*(256+4)+64, cfg.fileNeed(), "one 0.9 model per worker at a time, the larger pool")
-	cfg.Models["b"] = Model{MaxNumSeqs: 128, Utilization: 0.45}
+	models["b"] = Model{MaxNumSeqs: 128, Utilization: 0.45}
 	assert.Equal(t, 4*2*(256+4)+64, cfg.fileNeed(), "two models fit together")
 	cfg.MaxConcurrency = 16
 	assert.Equal(t, 4*2*(16+4)+64, cfg.fileNeed())

@@ -389,7 +389,7 @@ func (b *Backend) launch(ctx context.Context, w int, m Model) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	hw := b.cfg.hardware(w)
+	hw := b.cfg.Workers[w].Hardware
 	gpu := devices(hw.Devices)
 	tp := ""
 	if len(hw.Devices) > 1 {

@@ -64,7 +64,7 @@ func cancelWorkload() *traces.Workload {
 // stay exact and the run ends when the short call ends, not when the long one would have.
 func TestCancellation(t *testing.T) {
 	infos, setups := setup(t, 1)
-	cl, err := simulated.New(simulated.Config{Workers: 1, Models: setups, UnloadTime: time.Second})
+	cl, err := simulated.New(simulated.Config{Workers: simulated.Identical(1, setups), UnloadTime: time.Second})
 	require.NoError(t, err)
 	p := &canceller{victim: 1, queued: 2}
 	d, err := policies.NewDriver(cl, p, policies.NeverSkip(), cancelWorkload(), infos, 1)
@@ -106,7 +106,7 @@ func TestCancellation(t *testing.T) {
 // Cancelling is checked like any action: a finished call cannot be cancelled.
 func TestCancelChecks(t *testing.T) {
 	infos, setups := setup(t, 1)
-	cl, err := simulated.New(simulated.Config{Workers: 1, Models: setups, UnloadTime: time.Second})
+	cl, err := simulated.New(simulated.Config{Workers: simulated.Identical(1, setups), UnloadTime: time.Second})
 	require.NoError(t, err)
 	p := &canceller{victim: 0, queued: 2} // call 0 is the one that finished
 	d, err := policies.NewDriver(cl, p, policies.NeverSkip(), cancelWorkload(), infos, 1)
@@ -132,7 +132,7 @@ func TestEarlyExit(t *testing.T) {
 	} {
 		base := run(t, mk(), policies.NeverSkip(), workload(12, 3, 3, out, 0), 3, 3)
 		infos, setups := setup(t, 3)
-		cl, err := simulated.New(simulated.Config{Workers: 3, Models: setups, UnloadTime: time.Second})
+		cl, err := simulated.New(simulated.Config{Workers: simulated.Identical(3, setups), UnloadTime: time.Second})
 		require.NoError(t, err)
 		pol := mk()
 		d, err := policies.NewDriver(cl, pol, policies.NeverSkip(), workload(12, 3, 3, out, 0), infos, 3)

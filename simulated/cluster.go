@@ -1,9 +1,9 @@
 // Package simulated is the simulated Backend, the peer of replay's real one: W GPU workers in
 // virtual time, each running one sim.Engine per loaded model, with model load and unload costs
-// from the cost model. The
-// workers of a mixed cluster (Config.PerWorker) differ in GPU type and tensor-parallel degree:
-// each runs a model with its own cost model and engine, and refuses a model its GPUs cannot
-// hold.
+// from the cost model. Each worker has its own setup (Config.Workers): the workers of a mixed
+// cluster differ in GPU type and tensor-parallel degree, so each runs a model with its own cost
+// model and engine, and refuses a model its GPUs cannot hold; a cluster of identical workers is
+// the case where every worker shares one setup (Identical).
 //
 // A worker may hold several models when their memory fractions fit (the Driver checks); engines
 // that have work at the same time share the GPU by processor sharing: each iteration takes as
@@ -26,39 +26,42 @@ import (
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
-// ModelSetup is how one model runs on this cluster's workers.
+// ModelSetup is how one model runs on one worker.
 type ModelSetup struct {
 	Cost   *sim.CostModel
 	Engine sim.EngineConfig
-	// Unfit, when set, says why the model cannot run on the worker (a PerWorker entry of a
-	// mixed cluster): a load there fails with it.
+	// Unfit, when set, says why the model cannot run on the worker (its GPUs cannot hold it):
+	// a load there fails with it.
 	Unfit string
 }
 
+// WorkerSetup is how each model runs on one worker, by model name. A model missing from it, or
+// marked Unfit there, cannot be loaded on the worker.
+type WorkerSetup map[string]ModelSetup
+
 // Config describes the simulated cluster.
 type Config struct {
-	Workers int
-	// Models says how each model runs on every worker.
-	Models map[string]ModelSetup
-	// PerWorker, when set (one map per worker), says how each model runs on each worker
-	// instead of Models: the workers of a mixed cluster differ in GPU type and tensor-parallel
-	// degree, so each runs a model with its own cost model and engine (KV cache). A model
-	// missing from a worker's map, or marked Unfit there, cannot be loaded on it.
-	PerWorker []map[string]ModelSetup
+	// Workers is each worker's setup, in worker order: on a mixed cluster the workers differ
+	// in GPU type and tensor-parallel degree, so each runs a model with its own cost model and
+	// engine (KV cache). Workers that are alike share one setup (Identical).
+	Workers []WorkerSetup
 	// UnloadTime is the time to stop an engine and free its memory.
 	UnloadTime time.Duration
 }
 
+// Identical returns the setups of n identical workers, each running every model as models
+// says: a cluster of one kind of worker.
+func Identical(n int, models WorkerSetup) []WorkerSetup {
+	out := make([]WorkerSetup, n)
+	for w := range out {
+		out[w] = models
+	}
+	return out
+}
+
 // setup returns how model runs on worker w, or an error when it cannot run there.
 func (cfg *Config) setup(w int, model string) (ModelSetup, error) {
-	if cfg.PerWorker == nil {
-		s, ok := cfg.Models[model]
-		if !ok {
-			return s, fmt.Errorf("cluster: unknown model %q", model)
-		}
-		return s, nil
-	}
-	s, ok := cfg.PerWorker[w][model]
+	s, ok := cfg.Workers[w][model]
 	switch {
 	case !ok:
 		return s, fmt.Errorf("cluster: model %q cannot run on worker %d", model, w)
@@ -226,14 +229,11 @@ func (o *outputs) take(it *sim.Iteration) {
 
 // New returns an idle cluster with no model loaded.
 func New(cfg Config) (*Cluster, error) {
-	if cfg.Workers <= 0 {
-		return nil, fmt.Errorf("cluster: %d workers", cfg.Workers)
-	}
-	if cfg.PerWorker != nil && len(cfg.PerWorker) != cfg.Workers {
-		return nil, fmt.Errorf("cluster: %d per-worker model setups for %d workers", len(cfg.PerWorker), cfg.Workers)
+	if len(cfg.Workers) == 0 {
+		return nil, fmt.Errorf("cluster: no workers")
 	}
 	c := &Cluster{cfg: cfg}
-	for i := 0; i < cfg.Workers; i++ {
+	for i := range cfg.Workers {
 		c.workers = append(c.workers, &worker{id: i, engines: map[string]*engine{}})
 	}
 	return c, nil

@@ -71,7 +71,7 @@ func workload(queries, k, models int, out func(q, i int) int, agreeEvery int) *t
 func run(t *testing.T, p policies.Policy, rule policies.Rule, wl *traces.Workload, models, workers int) *policies.Result {
 	t.Helper()
 	infos, setups := setup(t, models)
-	cl, err := simulated.New(simulated.Config{Workers: workers, Models: setups, UnloadTime: time.Second})
+	cl, err := simulated.New(simulated.Config{Workers: simulated.Identical(workers, setups), UnloadTime: time.Second})
 	require.NoError(t, err)
 	d, err := policies.NewDriver(cl, p, rule, wl, infos, workers)
 	require.NoError(t, err)
@@ -348,7 +348,7 @@ func TestDriverRejectsBadPolicies(t *testing.T) {
 		{badPolicy{}, "policy bad at 0s: submit call 0 to worker 0: the worker does not hold M0"},
 		{idlePolicy{}, "policy idle stalled at 0s: 4 queries incomplete, 12 calls ready but never submitted"},
 	} {
-		cl, err := simulated.New(simulated.Config{Workers: 2, Models: setups})
+		cl, err := simulated.New(simulated.Config{Workers: simulated.Identical(2, setups)})
 		require.NoError(t, err)
 		d, err := policies.NewDriver(cl, tc.p, policies.NeverSkip(), wl, infos, 2)
 		require.NoError(t, err)

@@ -18,7 +18,7 @@ import (
 func loaded(t *testing.T, workers int) (*simulated.Cluster, context.Context) {
 	t.Helper()
 	_, setups := setup(t, 1)
-	cl, err := simulated.New(simulated.Config{Workers: workers, Models: setups, UnloadTime: time.Second})
+	cl, err := simulated.New(simulated.Config{Workers: simulated.Identical(workers, setups), UnloadTime: time.Second})
 	require.NoError(t, err)
 	ctx := context.Background()
 	for w := range workers {

@@ -30,13 +30,13 @@ var mixedHardware = []struct {
 // mixedSetup builds models M0..Mn-1 (Llama-3-8B, which runs on every worker) and Big
 // (Llama-3-70B, which only the H100 pair can hold), each with its cost model and engine on
 // every worker of mixedHardware.
-func mixedSetup(t *testing.T, n int) ([]policies.ModelInfo, []map[string]simulated.ModelSetup) {
+func mixedSetup(t *testing.T, n int) ([]policies.ModelInfo, []simulated.WorkerSetup) {
 	t.Helper()
 	cat := sim.DefaultCatalog()
 	W := len(mixedHardware)
-	perWorker := make([]map[string]simulated.ModelSetup, W)
+	perWorker := make([]simulated.WorkerSetup, W)
 	for w := range perWorker {
-		perWorker[w] = map[string]simulated.ModelSetup{}
+		perWorker[w] = simulated.WorkerSetup{}
 	}
 	var infos []policies.ModelInfo
 	add := func(name, archName string, util float64, out traces.LengthDist) {
@@ -104,7 +104,7 @@ func mixedWorkload(queries, k, models int) *traces.Workload {
 func runMixed(t *testing.T, p policies.Policy, wl *traces.Workload, models int) *policies.Result {
 	t.Helper()
 	infos, perWorker := mixedSetup(t, models)
-	cl, err := simulated.New(simulated.Config{Workers: len(perWorker), PerWorker: perWorker, UnloadTime: time.Second})
+	cl, err := simulated.New(simulated.Config{Workers: perWorker, UnloadTime: time.Second})
 	require.NoError(t, err)
 	rule := policies.ConfidenceSkip{Threshold: 1}
 	d, err := policies.NewDriver(cl, p, rule, wl, infos, len(perWorker))
@@ -147,7 +147,7 @@ func TestPoliciesOnMixedCluster(t *testing.T) {
 // than on an A100, and a model a worker cannot hold cannot be loaded there.
 func TestPerWorkerCosts(t *testing.T) {
 	_, perWorker := mixedSetup(t, 1)
-	cl, err := simulated.New(simulated.Config{Workers: 3, PerWorker: perWorker, UnloadTime: time.Second})
+	cl, err := simulated.New(simulated.Config{Workers: perWorker, UnloadTime: time.Second})
 	require.NoError(t, err)
 	err = cl.Load(0, "Big")
 	require.Error(t, err)
@@ -212,7 +212,7 @@ func TestPerWorkerCosts(t *testing.T) {
 func TestModelInfoPerWorker(t *testing.T) {
 	infos, _ := mixedSetup(t, 1)
 	m0, big := infos[0], infos[1]
-	assert.True(t, policies.Mixed(infos))
+	assert.False(t, m0.Alike(), "M0 runs faster on the H100 pair")
 	assert.Equal(t, "H100-80GB x2", m0.On(2).Hardware)
 	assert.Equal(t, []policies.WorkerID{0, 1, 2}, m0.Runnable(3))
 	assert.Equal(t, []policies.WorkerID{2}, big.Runnable(3))
@@ -224,10 +224,11 @@ func TestModelInfoPerWorker(t *testing.T) {
 	at2 := m0.At(2)
 	assert.Same(t, m0.On(2).Cost, at2.Cost, "At gives the worker's costs ...")
 	assert.Equal(t, m0.On(2).Engine, at2.Engine)
-	assert.Nil(t, at2.Workers, "... as a model of one kind of worker")
-	uniform := policies.ModelInfo{Name: "U", Memory: 0.5}
-	assert.Equal(t, uniform, uniform.At(3))
+	assert.Equal(t, m0.Workers, at2.Workers, "... and keeps every worker's")
+	uniform := policies.ModelInfo{Name: "U", Memory: 0.5, Cost: m0.Cost, Engine: m0.Engine, LoadTime: time.Second}.OnEvery(8, "A100-80GB")
+	assert.Equal(t, uniform, uniform.At(3), "on identical workers each worker's costs are the model's")
 	assert.True(t, uniform.CanRun(7), "a uniform cluster's model runs on every worker")
-	assert.False(t, policies.Mixed([]policies.ModelInfo{uniform}))
-	assert.True(t, slices.Equal([]policies.WorkerID{0, 1}, uniform.Runnable(2)))
+	assert.False(t, uniform.CanRun(8), "no worker 8")
+	assert.True(t, uniform.Alike())
+	assert.True(t, slices.Equal([]policies.WorkerID{0, 1, 2, 3, 4, 5, 6, 7}, uniform.Runnable(8)))
 }

@@ -56,7 +56,7 @@ func parentChild(gate bool) *traces.Workload {
 func runOverlap(t *testing.T, wl *traces.Workload, rule policies.Rule, overlap bool) *policies.Result {
 	t.Helper()
 	infos, setups := setup(t, 2)
-	cl, err := simulated.New(simulated.Config{Workers: 2, Models: setups, UnloadTime: time.Second})
+	cl, err := simulated.New(simulated.Config{Workers: simulated.Identical(2, setups), UnloadTime: time.Second})
 	require.NoError(t, err)
 	d, err := policies.NewDriver(cl, eager{models: 2}, rule, wl, infos, 2)
 	require.NoError(t, err)
@@ -132,7 +132,7 @@ func TestOverlapSkippedChild(t *testing.T) {
 // Overlap needs a backend that can grow a prompt.
 func TestOverlapNeedsGrower(t *testing.T) {
 	infos, setups := setup(t, 2)
-	cl, err := simulated.New(simulated.Config{Workers: 2, Models: setups, UnloadTime: time.Second})
+	cl, err := simulated.New(simulated.Config{Workers: simulated.Identical(2, setups), UnloadTime: time.Second})
 	require.NoError(t, err)
 	d, err := policies.NewDriver(noGrow{cl}, eager{models: 2}, policies.NeverSkip(), parentChild(false), infos, 2)
 	require.NoError(t, err)

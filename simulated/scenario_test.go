@@ -345,7 +345,7 @@ func (sc *scenario) run(t *testing.T, a map[string]string) (string, error) {
 		rule = policies.ConfidenceSkip{Threshold: th}
 	}
 	var out strings.Builder
-	cl, err := simulated.New(simulated.Config{Workers: sc.workers, Models: sc.setups, UnloadTime: sc.unload})
+	cl, err := simulated.New(simulated.Config{Workers: simulated.Identical(sc.workers, sc.setups), UnloadTime: sc.unload})
 	if err != nil {
 		return "", err
 	}

@@ -158,7 +158,7 @@ type Demand struct {
 // PlanStage builds and solves the placement problem of a stage: models with their demand,
 // profiled on the cluster's engines. preloaded[w] names the model worker w holds (or is
 // loading); offset[w] is when it becomes free, relative to now. On a mixed cluster
-// (ModelInfo.Workers) a model is profiled on each kind of worker it can run on, once per
+// (a model whose workers are not ModelInfo.Alike) a model is profiled on each kind of worker it can run on, once per
 // distinct cost model, and the solver prices each replica with its worker's curve and load
 // time; workers that cannot run it are excluded.
 func PlanStage(ctx context.Context, infos []policies.ModelInfo, outputs map[string]traces.LengthDist, demand []Demand,
@@ -194,7 +194,7 @@ func PlanStage(ctx context.Context, infos []policies.ModelInfo, outputs map[stri
 	var profs []*Profile
 	var ns []int
 	for _, m := range models {
-		if m.info.Workers != nil {
+		if !m.info.Alike() {
 			continue
 		}
 		prof, err := NewProfile(m.info, m.dist, m.d.Prompt)
@@ -210,7 +210,7 @@ func PlanStage(ctx context.Context, infos []policies.ModelInfo, outputs map[stri
 	for _, m := range models {
 		d, info := m.d, m.info
 		var it solver.Item
-		if info.Workers == nil {
+		if info.Alike() {
 			curve := curves[0]
 			curves = curves[1:]
 			load := info.LoadTime.Seconds()

@@ -457,7 +457,7 @@ func RunLargeWith(t testing.TB, p policies.Policy, barrier bool) *policies.Resul
 		infos[i].Output = outs[infos[i].Name]
 	}
 	wl := BigMoA(t, 2000)
-	cl, err := simulated.New(simulated.Config{Workers: LargeWorkers, Models: setups, UnloadTime: ClusterUnloadTime})
+	cl, err := simulated.New(simulated.Config{Workers: simulated.Identical(LargeWorkers, setups), UnloadTime: ClusterUnloadTime})
 	require.NoError(t, err)
 	d, err := policies.NewDriver(cl, p, policies.ConfidenceSkip{Threshold: 1}, wl, infos, LargeWorkers)
 	require.NoError(t, err)
