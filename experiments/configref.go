@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mosaic-sched/mosaic/policies/mosaic"
 	"github.com/mosaic-sched/mosaic/policies/online"
+	"github.com/mosaic-sched/mosaic/policies/placement"
 	"github.com/mosaic-sched/mosaic/policies/solver"
 	"github.com/mosaic-sched/mosaic/replay"
 	"github.com/mosaic-sched/mosaic/traces"
@@ -59,7 +59,7 @@ var codeDefaults = map[string]string{
 	"replay.reset_prefix_cache":          "true",
 	"replay.time_scale":                  "1",
 	"policy.mosaic.solver_time_limit":    solver.DefaultTimeLimit.String(),
-	"policy.mosaic.order":                mosaic.OrderLongestFirst,
+	"policy.mosaic.order":                placement.OrderLongestFirst,
 	"policy.mosaic.prefetch":             "true",
 	"policy.pipeline.solver_time_limit":  solver.DefaultTimeLimit.String(),
 	"policy.online.solver_time_limit":    solver.DefaultTimeLimit.String(),

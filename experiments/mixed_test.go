@@ -11,7 +11,7 @@ import (
 
 	"github.com/mosaic-sched/mosaic/experiments"
 	"github.com/mosaic-sched/mosaic/internal/dataset"
-	"github.com/mosaic-sched/mosaic/policies/mosaic"
+	"github.com/mosaic-sched/mosaic/policies/placement"
 	"github.com/mosaic-sched/mosaic/policies/solver"
 	"github.com/mosaic-sched/mosaic/sim"
 )
@@ -219,7 +219,7 @@ func TestMixedClusterExample(t *testing.T) {
 // A plan the ILP's time limit cut short is reported as the best found, with its bound and
 // gap, never as an optimum.
 func TestWritePlanTimeLimit(t *testing.T) {
-	sp := &mosaic.StagePlan{
+	sp := &placement.StagePlan{
 		Models:  []string{"M"},
 		Problem: solver.Problem{Workers: 2, Items: []solver.Item{{Name: "M", Calls: 10, MaxReplicas: 2}}},
 		Plan: &solver.Plan{Counts: [][]int{{4, 6}}, WorkerTime: []float64{12, 12.5}, Makespan: 12.5, ILPMakespan: 13,

@@ -8,13 +8,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mosaic-sched/mosaic/policies/mosaic"
+	"github.com/mosaic-sched/mosaic/policies/placement"
 	"github.com/mosaic-sched/mosaic/policies/solver"
 )
 
 // planner is a policy that planned its stages ahead (the mosaic policy).
 type planner interface {
-	Plans() []*mosaic.StagePlan
+	Plans() []*placement.StagePlan
 }
 
 // StageCheck compares a stage plan's predicted per-worker finish times with the run's.
@@ -140,7 +140,7 @@ func (r *Resolved) WriteWorkers(w io.Writer) error {
 // limit cut short is "best found (time limit)", not optimal). hardware names each worker's
 // GPUs ("A100-80GB", "H100-80GB x2": Resolved.Hardware), shown beside the worker; nil shows
 // the workers' numbers alone.
-func WritePlan(w io.Writer, sp *mosaic.StagePlan, hardware []string) error {
+func WritePlan(w io.Writer, sp *placement.StagePlan, hardware []string) error {
 	if sp == nil || sp.Plan == nil {
 		_, err := fmt.Fprintln(w, "nothing to plan")
 		return err
@@ -229,25 +229,25 @@ func StageName(layer, layers int) string {
 // policy) on the experiment's workload, by layer: exactly the plans the policy makes when it
 // runs, because it runs it in the simulator (a later stage is planned on the calls the rule
 // leaves and on the models the workers hold at its barrier).
-func (r *Resolved) PlanPreview(ctx context.Context, label string) ([]*mosaic.StagePlan, error) {
+func (r *Resolved) PlanPreview(ctx context.Context, label string) ([]*placement.StagePlan, error) {
 	m := r.Graph
 	if m == nil {
 		return nil, fmt.Errorf("%s: planning needs a workload of call graphs (kind moa, layered, tree or dag)", r.File())
 	}
 	var pol *ResolvedPolicy
 	for i := range m.Policies {
-		if (label == "" && m.Policies[i].Name == mosaic.Name) || m.Policies[i].Label == label {
+		if (label == "" && m.Policies[i].Name == placement.Name) || m.Policies[i].Label == label {
 			pol = &m.Policies[i]
 			break
 		}
 	}
 	if pol == nil {
 		if label == "" {
-			label = mosaic.Name
+			label = placement.Name
 		}
 		return nil, fmt.Errorf("%s: no policy %q in the experiment", r.File(), label)
 	}
-	if pol.Name != mosaic.Name {
+	if pol.Name != placement.Name {
 		return nil, fmt.Errorf("%s: policy %q is %s, which makes no plan ahead (only mosaic does)", r.File(), pol.Label, pol.Name)
 	}
 	_, p, err := r.simulatePolicy(ctx, *pol, nil)

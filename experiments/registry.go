@@ -7,8 +7,8 @@ import (
 
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/policies/dataparallel"
-	"github.com/mosaic-sched/mosaic/policies/mosaic"
 	"github.com/mosaic-sched/mosaic/policies/online"
+	"github.com/mosaic-sched/mosaic/policies/placement"
 	"github.com/mosaic-sched/mosaic/policies/roundrobin"
 	"github.com/mosaic-sched/mosaic/traces"
 )
@@ -76,24 +76,24 @@ func policyKinds() []policyKind {
 			func(policyBuild, noOptions) (func() policies.Policy, error) {
 				return func() policies.Policy { return dataparallel.New() }, nil
 			}),
-		kind(mosaic.Name, "MOSAIC: an ILP places models and assigns calls per layer (stage), from profiled costs", "mosaic",
+		kind(placement.Name, "MOSAIC: an ILP places models and assigns calls per layer (stage), from profiled costs", "mosaic",
 			func(s *PolicySpec) *MosaicOptions { return s.Mosaic },
 			func(b policyBuild, o MosaicOptions) (func() policies.Policy, error) {
-				opts := mosaic.Options{Outputs: b.outputs}
+				opts := placement.Options{Outputs: b.outputs}
 				var err error
 				if opts.TimeLimit, err = solverTimeLimit(b, o.SolverTimeLimit); err != nil {
 					return nil, err
 				}
 				switch o.Order {
-				case "", mosaic.OrderLongestFirst, mosaic.OrderPlain:
+				case "", placement.OrderLongestFirst, placement.OrderPlain:
 					opts.Order = o.Order
 				default:
-					return nil, b.errorf("order", "unknown order %q (known: %s, %s)", o.Order, mosaic.OrderLongestFirst, mosaic.OrderPlain)
+					return nil, b.errorf("order", "unknown order %q (known: %s, %s)", o.Order, placement.OrderLongestFirst, placement.OrderPlain)
 				}
 				if o.Prefetch != nil {
 					opts.NoPrefetch = !*o.Prefetch
 				}
-				return func() policies.Policy { return mosaic.New(opts) }, nil
+				return func() policies.Policy { return placement.New(opts) }, nil
 			}),
 		kind(online.Name, "places models for the expected mix and dispatches each call as it becomes ready (work stealing, re-planning on drift)", "online",
 			func(s *PolicySpec) *OnlineOptions { return s.Online },
@@ -117,15 +117,15 @@ func policyKinds() []policyKind {
 				}
 				return func() policies.Policy { return online.New(opts) }, nil
 			}),
-		kind(mosaic.PipelineName, "MOSAIC's placement without the stage barrier: workers done with a stage serve the next layer's ready calls", "pipeline",
+		kind(placement.PipelineName, "MOSAIC's placement without the stage barrier: workers done with a stage serve the next layer's ready calls", "pipeline",
 			func(s *PolicySpec) *PipelineOptions { return s.Pipeline },
 			func(b policyBuild, o PipelineOptions) (func() policies.Policy, error) {
-				opts := mosaic.Options{Outputs: b.outputs, Pipeline: true}
+				opts := placement.Options{Outputs: b.outputs, Pipeline: true}
 				var err error
 				if opts.TimeLimit, err = solverTimeLimit(b, o.SolverTimeLimit); err != nil {
 					return nil, err
 				}
-				return func() policies.Policy { return mosaic.New(opts) }, nil
+				return func() policies.Policy { return placement.New(opts) }, nil
 			}),
 		kind[noOptions](roundrobin.Name, "the paper's baseline: model i on worker i mod W, a worker serves its models in turn, layer by layer with a barrier", "", nil,
 			func(policyBuild, noOptions) (func() policies.Policy, error) {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/policies/dataparallel"
-	"github.com/mosaic-sched/mosaic/policies/mosaic"
 	"github.com/mosaic-sched/mosaic/policies/online"
+	"github.com/mosaic-sched/mosaic/policies/placement"
 	"github.com/mosaic-sched/mosaic/policies/roundrobin"
 	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/simulated"
@@ -293,12 +293,12 @@ func TestMosaicInvariants(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name    string
-		opts    mosaic.Options
+		opts    placement.Options
 		arrival bool
 	}{
-		{"offline", mosaic.Options{}, false},
-		{"plain order, no prefetch", mosaic.Options{Order: mosaic.OrderPlain, NoPrefetch: true}, false},
-		{"online arrivals", mosaic.Options{}, true},
+		{"offline", placement.Options{}, false},
+		{"plain order, no prefetch", placement.Options{Order: placement.OrderPlain, NoPrefetch: true}, false},
+		{"online arrivals", placement.Options{}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wl := workload(80, 3, 5, long, 3)
@@ -307,7 +307,7 @@ func TestMosaicInvariants(t *testing.T) {
 					wl.Queries[i].Arrival = time.Duration(i) * 500 * time.Millisecond
 				}
 			}
-			res := run(t, mosaic.New(tc.opts), policies.ConfidenceSkip{Threshold: 1}, wl, 5, 4)
+			res := run(t, placement.New(tc.opts), policies.ConfidenceSkip{Threshold: 1}, wl, 5, 4)
 			rr := run(t, roundrobin.New(), policies.ConfidenceSkip{Threshold: 1}, wl, 5, 4)
 			t.Logf("mosaic %v, round-robin %v", res.Summary().E2E, rr.Summary().E2E)
 			assert.Less(t, res.Summary().ExpertStage, rr.Summary().ExpertStage)
@@ -393,7 +393,7 @@ func TestPoliciesOnGraphs(t *testing.T) {
 			for _, p := range []func() policies.Policy{
 				func() policies.Policy { return roundrobin.New() },
 				func() policies.Policy { return dataparallel.New() },
-				func() policies.Policy { return mosaic.New(mosaic.Options{TimeLimit: time.Second}) },
+				func() policies.Policy { return placement.New(placement.Options{TimeLimit: time.Second}) },
 				func() policies.Policy { return online.New(online.Options{TimeLimit: time.Second}) },
 			} {
 				pol := p()

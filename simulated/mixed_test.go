@@ -12,8 +12,8 @@ import (
 
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/policies/dataparallel"
-	"github.com/mosaic-sched/mosaic/policies/mosaic"
 	"github.com/mosaic-sched/mosaic/policies/online"
+	"github.com/mosaic-sched/mosaic/policies/placement"
 	"github.com/mosaic-sched/mosaic/policies/roundrobin"
 	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/simulated"
@@ -119,7 +119,7 @@ func runMixed(t *testing.T, p policies.Policy, wl *traces.Workload, models int) 
 // hold it, and serves its calls on the H100 pair only.
 func TestPoliciesOnMixedCluster(t *testing.T) {
 	wl := mixedWorkload(60, 3, 4)
-	for _, p := range []policies.Policy{roundrobin.New(), dataparallel.New(), mosaic.New(mosaic.Options{}), mosaic.New(mosaic.Options{Pipeline: true}), online.New(online.Options{})} {
+	for _, p := range []policies.Policy{roundrobin.New(), dataparallel.New(), placement.New(placement.Options{}), placement.New(placement.Options{Pipeline: true}), online.New(online.Options{})} {
 		t.Run(p.Name(), func(t *testing.T) {
 			res := runMixed(t, p, wl, 4)
 			for _, l := range res.Loads {

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mosaic-sched/mosaic/policies"
-	"github.com/mosaic-sched/mosaic/policies/mosaic"
+	"github.com/mosaic-sched/mosaic/policies/placement"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -24,8 +24,8 @@ func TestPipelineLiftsTheBarrier(t *testing.T) {
 		return 150 + 20*q
 	}
 	wl := func() *traces.Workload { return workload(24, 3, 3, out, 4) }
-	base := run(t, mosaic.New(mosaic.Options{TimeLimit: 5 * time.Second}), policies.NeverSkip(), wl(), 3, 3)
-	pipe := run(t, mosaic.New(mosaic.Options{TimeLimit: 5 * time.Second, Pipeline: true}), policies.NeverSkip(), wl(), 3, 3)
+	base := run(t, placement.New(placement.Options{TimeLimit: 5 * time.Second}), policies.NeverSkip(), wl(), 3, 3)
+	pipe := run(t, placement.New(placement.Options{TimeLimit: 5 * time.Second, Pipeline: true}), policies.NeverSkip(), wl(), 3, 3)
 	lastExpert := func(r *policies.Result) (end time.Duration) {
 		for _, c := range r.Calls {
 			if c.Call.Role == traces.RoleExpert {

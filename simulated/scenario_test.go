@@ -15,7 +15,7 @@ import (
 
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/policies/dataparallel"
-	"github.com/mosaic-sched/mosaic/policies/mosaic"
+	"github.com/mosaic-sched/mosaic/policies/placement"
 	"github.com/mosaic-sched/mosaic/policies/roundrobin"
 	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/simulated"
@@ -331,8 +331,8 @@ func (sc *scenario) run(t *testing.T, a map[string]string) (string, error) {
 		p = roundrobin.New()
 	case dataparallel.Name:
 		p = dataparallel.New()
-	case mosaic.Name:
-		p = mosaic.New(mosaic.Options{TimeLimit: time.Second})
+	case placement.Name:
+		p = placement.New(placement.Options{TimeLimit: time.Second})
 	default:
 		return "", fmt.Errorf("unknown policy %q", a["policy"])
 	}

@@ -1,7 +1,7 @@
 // Package online is an online serving policy for call graphs: it places models for the
 // expected mix of calls and dispatches each call as it becomes ready, with no stage barrier.
 //
-//   - Placement: the MOSAIC ILP (mosaic.PlanStage) on the expected calls per model over every
+//   - Placement: the MOSAIC ILP (placement.PlanStage) on the expected calls per model over every
 //     layer gives each model its replicas (on a mixed cluster, priced with each worker's own
 //     costs); a worker serves one model at a time, its assigned models in turn. A worker never
 //     takes on a model its GPUs cannot hold (ModelInfo.CanRun), by swap or by stealing.
@@ -37,7 +37,7 @@ import (
 
 	"github.com/mosaic-sched/mosaic/internal/heapx"
 	"github.com/mosaic-sched/mosaic/policies"
-	"github.com/mosaic-sched/mosaic/policies/mosaic"
+	"github.com/mosaic-sched/mosaic/policies/placement"
 	"github.com/mosaic-sched/mosaic/policies/solver"
 	"github.com/mosaic-sched/mosaic/traces"
 )
@@ -55,7 +55,7 @@ const (
 // Options configure the policy.
 type Options struct {
 	// Outputs are the output-length distributions of the calls of a layer and model where they
-	// differ from the model's own (see mosaic.Options).
+	// differ from the model's own (see placement.Options).
 	Outputs map[policies.LayerModel]traces.LengthDist
 	// TimeLimit bounds each ILP solve (default solver.DefaultTimeLimit).
 	TimeLimit time.Duration
@@ -88,7 +88,7 @@ type Policy struct {
 	// flight is the expected output tokens of each call in flight, by call ID (-1: not in
 	// flight).
 	flight  []float64
-	plans   []*mosaic.StagePlan
+	plans   []*placement.StagePlan
 	replans int
 	// dropped are queued calls cancelled before they were submitted.
 	dropped map[int]bool
@@ -263,7 +263,7 @@ func New(o Options) *Policy {
 func (p *Policy) Name() string { return Name }
 
 // Placements returns the placements the policy solved, in order (the first at the start).
-func (p *Policy) Placements() []*mosaic.StagePlan { return p.plans }
+func (p *Policy) Placements() []*placement.StagePlan { return p.plans }
 
 // Replans counts the placements made after the first.
 func (p *Policy) Replans() int { return p.replans }
@@ -378,18 +378,18 @@ func (p *Policy) place(v policies.View, counts map[string]int, prompts map[strin
 		total += n
 	}
 	scale := min(1, float64(planningCalls)/float64(max(1, total)))
-	var demand []mosaic.Demand
+	var demand []placement.Demand
 	outputs := map[string]traces.LengthDist{}
 	for _, m := range v.Models() {
 		if counts[m.Name] > 0 {
 			n := max(1, int(math.Round(float64(counts[m.Name])*scale)))
-			demand = append(demand, mosaic.Demand{Model: m.Name, Calls: n, Prompt: cmp.Or(prompts[m.Name], 1)})
+			demand = append(demand, placement.Demand{Model: m.Name, Calls: n, Prompt: cmp.Or(prompts[m.Name], 1)})
 		}
 	}
 	if len(demand) == 0 {
 		return fmt.Errorf("the workload has no LLM calls")
 	}
-	sp, err := mosaic.PlanStage(context.Background(), v.Models(), outputs, demand, v.Workers(), nil, nil, p.opts.TimeLimit)
+	sp, err := placement.PlanStage(context.Background(), v.Models(), outputs, demand, v.Workers(), nil, nil, p.opts.TimeLimit)
 	if err != nil {
 		return fmt.Errorf("placing models: %w", err)
 	}

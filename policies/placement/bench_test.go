@@ -1,4 +1,4 @@
-package mosaic_test
+package placement_test
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mosaic-sched/mosaic/policies"
-	"github.com/mosaic-sched/mosaic/policies/mosaic"
+	"github.com/mosaic-sched/mosaic/policies/placement"
 	"github.com/mosaic-sched/mosaic/policies/solver"
 	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/traces"
@@ -28,7 +28,7 @@ func expertProblem(tb testing.TB, n, w int) solver.Problem {
 	g, err := cat.GPU("A100-80GB")
 	require.NoError(tb, err)
 	var infos []policies.ModelInfo
-	var demand []mosaic.Demand
+	var demand []placement.Demand
 	weights, total := make([]float64, n), 0.0
 	for i := range weights {
 		weights[i] = math.Pow(92, -float64(i)/float64(n-1))
@@ -51,9 +51,9 @@ func expertProblem(tb testing.TB, n, w int) solver.Problem {
 		name := fmt.Sprintf("E%02d", i)
 		infos = append(infos, policies.ModelInfo{Name: name, Arch: arch, Cost: cm, Output: out, Memory: 0.9, LoadTime: cm.LoadTime(),
 			Engine: ec})
-		demand = append(demand, mosaic.Demand{Model: name, Calls: max(1, int(6300*weights[i]/total)), Prompt: 250})
+		demand = append(demand, placement.Demand{Model: name, Calls: max(1, int(6300*weights[i]/total)), Prompt: 250})
 	}
-	sp, err := mosaic.PlanStage(context.Background(), infos, nil, demand, w, nil, nil, 10*time.Second)
+	sp, err := placement.PlanStage(context.Background(), infos, nil, demand, w, nil, nil, 10*time.Second)
 	require.NoError(tb, err)
 	return sp.Problem
 }

@@ -1,4 +1,4 @@
-package mosaic
+package placement
 
 import (
 	"github.com/mosaic-sched/mosaic/policies"

@@ -1,4 +1,4 @@
-// Package mosaic is the MOSAIC policy: an integer linear program (package solver) jointly
+// Package placement is the MOSAIC policy ("mosaic" in an experiment file): an integer linear program (package solver) jointly
 // chooses which models each worker loads (replicating heavy reasoning models, pinning light
 // ones) and how many of each model's calls each replica serves, minimising a stage's makespan
 // including load costs, from offline-profiled costs: the time for one worker to serve x calls
@@ -21,7 +21,7 @@
 //     without load costs there.
 //   - Replication cap R_m = max(1, min(W, floor(T_m(n_m) / L_m))): replicating a model whose
 //     whole work is less than one load cannot pay.
-package mosaic
+package placement
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package mosaic_test
+package placement_test
 
 import (
 	"testing"
@@ -6,13 +6,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/mosaic-sched/mosaic/policies/mosaic"
+	"github.com/mosaic-sched/mosaic/policies/placement"
 )
 
 func TestBreakpoints(t *testing.T) {
-	assert.Equal(t, []int{1}, mosaic.Breakpoints(1))
-	assert.Equal(t, []int{1, 2, 4, 5}, mosaic.Breakpoints(5))
-	assert.Equal(t, []int{1, 2, 4, 8, 16, 32, 64, 100}, mosaic.Breakpoints(100))
+	assert.Equal(t, []int{1}, placement.Breakpoints(1))
+	assert.Equal(t, []int{1, 2, 4, 5}, placement.Breakpoints(5))
+	assert.Equal(t, []int{1, 2, 4, 8, 16, 32, 64, 100}, placement.Breakpoints(100))
 }
 
 // The offline profile: serving more calls takes longer, but less per call (batching), and the

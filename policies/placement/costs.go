@@ -1,4 +1,4 @@
-package mosaic
+package placement
 
 import (
 	"cmp"
