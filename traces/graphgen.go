@@ -3,6 +3,7 @@ package traces
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"time"
 )
@@ -161,6 +162,54 @@ func GenerateGraph(spec GraphSpec, seed uint64) (*Workload, error) {
 	if tpw == 0 {
 		tpw = DefaultTokensPerWord
 	}
+	g, err := newGraphGen(&spec, seed)
+	if err != nil {
+		return nil, err
+	}
+	sources, err := spec.drawSources(tpw, g.questions, g.prompts)
+	if err != nil {
+		return nil, err
+	}
+	wl := &Workload{Name: spec.Name, Queries: make([]Query, len(sources))}
+	for qi, src := range sources {
+		if err := g.query(&wl.Queries[qi], qi, src); err != nil {
+			return nil, err
+		}
+	}
+	if err := wl.Finish(); err != nil {
+		return nil, err
+	}
+	return wl, nil
+}
+
+// graphGen draws the queries of a graph workload: it holds the spec, what is derived from it
+// once (the answer letters, which nodes answer, their vote-model logits), the random streams,
+// and the per-node state of the query being drawn.
+type graphGen struct {
+	spec *GraphSpec
+	// voteSpec is spec.Votes with the default number of options filled in; letters are its
+	// answer letters.
+	voteSpec VoteSpec
+	letters  []string
+	// answering says which nodes give an answer; anyAnswer whether any does.
+	answering []bool
+	anyAnswer bool
+	// logits are the nodes' marginal logits of a right answer.
+	logits []float64
+	// synth is the copy of spec.Synth every synthesising call of the workload points to.
+	synth Synthesizer
+	// The named random streams (see GenerateGraph).
+	questions, prompts, goldStream, votes, aggStream, lengths, tools *rand.Rand
+	// forward and answers are, by node, the tokens a node's readers get and its answer in the
+	// query being drawn; in is scratch for a node's input answers.
+	forward []int
+	answers []string
+	in      []string
+}
+
+// newGraphGen prepares the drawing of spec's queries from seed: it checks the number of answer
+// options, works out which nodes answer and their logits, and opens the random streams.
+func newGraphGen(spec *GraphSpec, seed uint64) (*graphGen, error) {
 	v := spec.Votes
 	if v.Options == 0 {
 		v.Options = DefaultOptions
@@ -168,136 +217,185 @@ func GenerateGraph(spec GraphSpec, seed uint64) (*Workload, error) {
 	if v.Options < 2 || v.Options > MaxOptions {
 		return nil, fmt.Errorf("workload %q: votes: options must be in [2, %d], got %d", spec.Name, MaxOptions, v.Options)
 	}
-	letters := make([]string, v.Options)
-	for i := range letters {
-		letters[i] = answerLetter(i)
+	g := &graphGen{spec: spec, voteSpec: v, letters: make([]string, v.Options)}
+	for i := range g.letters {
+		g.letters[i] = answerLetter(i)
 	}
 	memo := make([]int8, len(spec.Nodes))
-	answering := make([]bool, len(spec.Nodes))
-	anyAnswer := false
+	g.answering = make([]bool, len(spec.Nodes))
 	for i := range spec.Nodes {
-		answering[i] = spec.answers(i, memo)
-		anyAnswer = anyAnswer || answering[i]
+		g.answering[i] = spec.answers(i, memo)
+		g.anyAnswer = g.anyAnswer || g.answering[i]
 	}
-	logits := make([]float64, len(spec.Nodes))
+	g.logits = make([]float64, len(spec.Nodes))
 	for i, n := range spec.Nodes {
-		logits[i] = marginalLogit(n.Accuracy, spec.Votes.Difficulty)
+		g.logits[i] = marginalLogit(n.Accuracy, spec.Votes.Difficulty)
 	}
-	questions, prompts, goldStream := genStream(seed, "questions"), genStream(seed, "prompts"), genStream(seed, "gold")
-	votes, aggStream, lengths, tools := genStream(seed, "votes"), genStream(seed, "aggregator"), genStream(seed, "lengths"), genStream(seed, "tools")
-	dataset := spec.Dataset
+	g.questions, g.prompts, g.goldStream = genStream(seed, "questions"), genStream(seed, "prompts"), genStream(seed, "gold")
+	g.votes, g.aggStream, g.lengths, g.tools = genStream(seed, "votes"), genStream(seed, "aggregator"), genStream(seed, "lengths"), genStream(seed, "tools")
+	g.synth = spec.Synth
+	g.forward = make([]int, len(spec.Nodes))
+	g.answers = make([]string, len(spec.Nodes))
+	return g, nil
+}
+
+// graphSource is where a query of a graph workload comes from: its dataset, category and gold
+// answer ("" when unknown) and its question's length in tokens.
+type graphSource struct {
+	dataset, category, gold string
+	question                int
+}
+
+// drawSources draws the queries' sources: questions picked from the question list (its words
+// converted at tpw tokens per word), or else Queries question lengths drawn from PromptTokens.
+func (g *GraphSpec) drawSources(tpw float64, questions, prompts *rand.Rand) ([]graphSource, error) {
+	dataset := g.Dataset
 	if dataset == "" {
-		dataset = spec.Name
+		dataset = g.Name
 	}
-	type source struct {
-		dataset, category, gold string
-		question                int
+	var sources []graphSource
+	if g.Questions != nil {
+		for _, qi := range pickQuestions(len(g.Questions), g.Queries, questions) {
+			q := g.Questions[qi]
+			sources = append(sources, graphSource{q.Dataset, q.Category, q.Gold, int(math.Round(float64(q.Words) * tpw))})
+		}
+		return sources, nil
 	}
-	var sources []source
-	if spec.Questions != nil {
-		for _, qi := range pickQuestions(len(spec.Questions), spec.Queries, questions) {
-			q := spec.Questions[qi]
-			sources = append(sources, source{q.Dataset, q.Category, q.Gold, int(math.Round(float64(q.Words) * tpw))})
+	sources = make([]graphSource, g.Queries)
+	for i := range sources {
+		n, err := drawLength(g.PromptTokens, prompts)
+		if err != nil {
+			return nil, fmt.Errorf("workload %q: prompt tokens: %w", g.Name, err)
 		}
-	} else {
-		sources = make([]source, spec.Queries)
-		for i := range sources {
-			n, err := drawLength(spec.PromptTokens, prompts)
-			if err != nil {
-				return nil, fmt.Errorf("workload %q: prompt tokens: %w", spec.Name, err)
-			}
-			sources[i] = source{dataset: dataset, question: n}
-		}
+		sources[i] = graphSource{dataset: dataset, question: n}
 	}
-	synth := spec.Synth
-	wl := &Workload{Name: spec.Name, Queries: make([]Query, len(sources))}
-	forward := make([]int, len(spec.Nodes))
-	answers := make([]string, len(spec.Nodes))
-	var in []string
-	for qi, src := range sources {
-		q := &wl.Queries[qi]
-		gold := src.gold
-		if gold == "" && anyAnswer {
-			gold = letters[goldStream.IntN(len(letters))]
-		}
-		wrong := slices.DeleteFunc(slices.Clone(letters), func(l string) bool { return l == gold })
-		z, attractor := votes.NormFloat64(), votes.Float64()
-		*q = Query{ID: qi, Dataset: src.dataset, Category: src.category, Gold: gold, Calls: make([]Call, len(spec.Nodes))}
-		for i := range spec.Nodes {
-			n := &spec.Nodes[i]
-			c := &q.Calls[i]
-			*c = Call{Role: n.Role}
-			u := [3]float64{votes.Float64(), votes.Float64(), votes.Float64()}
-			ua := [2]float64{aggStream.Float64(), aggStream.Float64()}
-			for _, from := range n.Inputs {
-				c.Inputs = append(c.Inputs, Input{From: from, Tokens: forward[from]})
-			}
-			if n.Model == "" {
-				ms, err := drawLength(n.Tool, tools)
-				if err != nil {
-					return nil, fmt.Errorf("workload %q: node %q: tool duration: %w", spec.Name, n.Name, err)
-				}
-				c.Tool = time.Duration(ms) * time.Millisecond
-				for j := range c.Inputs {
-					c.Inputs[j].Tokens = 0
-				}
-				forward[i] = 0
-				answers[i] = ""
-				continue
-			}
-			c.Model = n.Model
-			c.PromptTokens = n.TemplateTokens
-			if n.Question {
-				c.PromptTokens += src.question
-				c.PrefixTokens = src.question
-			}
-			c.Gate = n.Gate
-			out, err := drawLength(n.Output, lengths)
-			if err != nil {
-				return nil, fmt.Errorf("workload %q: node %q: output tokens: %w", spec.Name, n.Name, err)
-			}
-			in = in[:0]
-			reads := false
-			for _, from := range n.Inputs {
-				if spec.Nodes[from].Model != "" {
-					in = append(in, answers[from]) // a tool step does not vote
-				}
-				reads = reads || answering[from]
-			}
-			switch {
-			case !answering[i]:
-			case reads:
-				syn := &Synthesis{By: &synth, Gold: gold, Wrong: wrong, U: ua}
-				c.Synth = syn
-				c.Answer = syn.Answer(in)
-				scale := n.DisagreementScale
-				if scale == 0 {
-					scale = 1
-				}
-				out = scaleAggregatorOutput(out, Confidence(in), len(in), scale, n.Output.Max())
-			default:
-				if a := voteAnswer(logits[i], z, attractor, u, v.ErrorCorrelation, v.Difficulty, len(wrong)); a < 0 {
-					c.Answer = gold
-				} else {
-					c.Answer = wrong[a]
-				}
-			}
-			answers[i] = c.Answer
-			c.OutputTokens = out
-			forward[i] = out
-			if n.Forward != nil {
-				f, err := drawLength(n.Forward, lengths)
-				if err != nil {
-					return nil, fmt.Errorf("workload %q: node %q: forward tokens: %w", spec.Name, n.Name, err)
-				}
-				forward[i] = min(f, out)
-			}
+	return sources, nil
+}
+
+// graphQuery is what the calls of one query share: its question's length, its gold answer,
+// the wrong answer letters and the query's draws of the vote model.
+type graphQuery struct {
+	question     int
+	gold         string
+	wrong        []string
+	z, attractor float64
+}
+
+// query draws query qi from src into q: its gold answer when src has none and a node answers,
+// its vote-model draws, then every node's call in order.
+func (g *graphGen) query(q *Query, qi int, src graphSource) error {
+	gold := src.gold
+	if gold == "" && g.anyAnswer {
+		gold = g.letters[g.goldStream.IntN(len(g.letters))]
+	}
+	wrong := slices.DeleteFunc(slices.Clone(g.letters), func(l string) bool { return l == gold })
+	z, attractor := g.votes.NormFloat64(), g.votes.Float64()
+	gq := &graphQuery{question: src.question, gold: gold, wrong: wrong, z: z, attractor: attractor}
+	*q = Query{ID: qi, Dataset: src.dataset, Category: src.category, Gold: gold, Calls: make([]Call, len(g.spec.Nodes))}
+	for i := range g.spec.Nodes {
+		if err := g.call(&q.Calls[i], i, gq); err != nil {
+			return err
 		}
 	}
-	if err := wl.Finish(); err != nil {
-		return nil, err
+	return nil
+}
+
+// call draws node i's call of query gq into c: every node draws its three vote uniforms and
+// two synthesis uniforms first, whether it uses them or not, then a tool step its duration
+// and a model call its lengths and answer.
+func (g *graphGen) call(c *Call, i int, gq *graphQuery) error {
+	n := &g.spec.Nodes[i]
+	*c = Call{Role: n.Role}
+	u := [3]float64{g.votes.Float64(), g.votes.Float64(), g.votes.Float64()}
+	ua := [2]float64{g.aggStream.Float64(), g.aggStream.Float64()}
+	for _, from := range n.Inputs {
+		c.Inputs = append(c.Inputs, Input{From: from, Tokens: g.forward[from]})
 	}
-	return wl, nil
+	if n.Model == "" {
+		return g.toolCall(c, i)
+	}
+	return g.modelCall(c, i, gq, u, ua)
+}
+
+// toolCall makes c, node i's call, a tool step: it draws its duration; it reads no tokens,
+// forwards none and gives no answer.
+func (g *graphGen) toolCall(c *Call, i int) error {
+	n := &g.spec.Nodes[i]
+	ms, err := drawLength(n.Tool, g.tools)
+	if err != nil {
+		return fmt.Errorf("workload %q: node %q: tool duration: %w", g.spec.Name, n.Name, err)
+	}
+	c.Tool = time.Duration(ms) * time.Millisecond
+	for j := range c.Inputs {
+		c.Inputs[j].Tokens = 0
+	}
+	g.forward[i] = 0
+	g.answers[i] = ""
+	return nil
+}
+
+// modelCall fills in c, node i's call on its model: its prompt, its output length, its answer
+// (with the vote uniforms u and synthesis uniforms ua) and the tokens it forwards.
+func (g *graphGen) modelCall(c *Call, i int, gq *graphQuery, u [3]float64, ua [2]float64) error {
+	n := &g.spec.Nodes[i]
+	c.Model = n.Model
+	c.PromptTokens = n.TemplateTokens
+	if n.Question {
+		c.PromptTokens += gq.question
+		c.PrefixTokens = gq.question
+	}
+	c.Gate = n.Gate
+	out, err := drawLength(n.Output, g.lengths)
+	if err != nil {
+		return fmt.Errorf("workload %q: node %q: output tokens: %w", g.spec.Name, n.Name, err)
+	}
+	out = g.answer(c, i, gq, u, ua, out)
+	g.answers[i] = c.Answer
+	c.OutputTokens = out
+	g.forward[i] = out
+	if n.Forward != nil {
+		f, err := drawLength(n.Forward, g.lengths)
+		if err != nil {
+			return fmt.Errorf("workload %q: node %q: forward tokens: %w", g.spec.Name, n.Name, err)
+		}
+		g.forward[i] = min(f, out)
+	}
+	return nil
+}
+
+// answer sets the answer of c, node i's call, if the node answers: synthesised from the
+// answers it reads (with ua), or else cast by the vote model (with u). It returns the call's
+// output length, out, scaled by the readers' agreement for a synthesising call.
+func (g *graphGen) answer(c *Call, i int, gq *graphQuery, u [3]float64, ua [2]float64, out int) int {
+	n := &g.spec.Nodes[i]
+	g.in = g.in[:0]
+	reads := false
+	for _, from := range n.Inputs {
+		if g.spec.Nodes[from].Model != "" {
+			g.in = append(g.in, g.answers[from]) // a tool step does not vote
+		}
+		reads = reads || g.answering[from]
+	}
+	switch {
+	case !g.answering[i]:
+	case reads:
+		syn := &Synthesis{By: &g.synth, Gold: gq.gold, Wrong: gq.wrong, U: ua}
+		c.Synth = syn
+		c.Answer = syn.Answer(g.in)
+		scale := n.DisagreementScale
+		if scale == 0 {
+			scale = 1
+		}
+		out = scaleAggregatorOutput(out, Confidence(g.in), len(g.in), scale, n.Output.Max())
+	default:
+		v := g.voteSpec
+		if a := voteAnswer(g.logits[i], gq.z, gq.attractor, u, v.ErrorCorrelation, v.Difficulty, len(gq.wrong)); a < 0 {
+			c.Answer = gq.gold
+		} else {
+			c.Answer = gq.wrong[a]
+		}
+	}
+	return out
 }
 
 // LayeredSpec is Together-MoA's layered graph: Layers layers of the same Proposers (layer 0

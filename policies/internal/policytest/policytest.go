@@ -223,10 +223,20 @@ const ClusterUnloadTime = time.Second
 // of the layers below it ended), which is checked too.
 func CheckLargeRun(t testing.TB, res *policies.Result, wl *traces.Workload, cm *sim.CostModel, ec sim.EngineConfig, barrier bool) {
 	t.Helper()
-	// Which calls must run: every expert; an aggregator unless its experts are unanimous.
-	mustRun := map[int]*traces.Call{}
-	skipped := 0
-	wantTokens := 0
+	mustRun, skipped, wantTokens := callsToRun(t, wl)
+	rec := checkCallsRan(t, res, mustRun, wantTokens)
+	perWorker := checkLoads(t, res, cm)
+	checkModelsLoaded(t, res, perWorker)
+	checkInputsFirst(t, res, wl, rec, barrier)
+	checkMakespan(t, res, wl, cm, ec, perWorker, barrier, skipped)
+}
+
+// callsToRun returns the calls the rule must run, by ID (every expert; an aggregator unless
+// its experts are unanimous), how many aggregators it skips and the output tokens of the calls
+// it runs. It checks the workload has both unanimous queries and split ones.
+func callsToRun(t testing.TB, wl *traces.Workload) (mustRun map[int]*traces.Call, skipped, wantTokens int) {
+	t.Helper()
+	mustRun = map[int]*traces.Call{}
 	for qi := range wl.Queries {
 		q := &wl.Queries[qi]
 		for i := range q.Calls {
@@ -248,9 +258,14 @@ func CheckLargeRun(t testing.TB, res *policies.Result, wl *traces.Workload, cm *
 	}
 	require.Positive(t, skipped, "the workload should have unanimous queries, for the rule to skip some")
 	require.Less(t, skipped, len(wl.Queries), "the workload should have split queries, whose aggregators run")
+	return mustRun, skipped, wantTokens
+}
 
-	// Every call that must run ran exactly once, done, producing all of its output tokens;
-	// no other call ran.
+// checkCallsRan checks that every call that must run ran exactly once, done, producing all of
+// its output tokens (wantTokens in all), and that no other call ran. It returns the records of
+// the calls that ran, by call ID.
+func checkCallsRan(t testing.TB, res *policies.Result, mustRun map[int]*traces.Call, wantTokens int) map[int]policies.CallRecord {
+	t.Helper()
 	rec := map[int]policies.CallRecord{}
 	produced := 0
 	for _, c := range res.Calls {
@@ -265,9 +280,14 @@ func CheckLargeRun(t testing.TB, res *policies.Result, wl *traces.Workload, cm *
 	}
 	require.Len(t, rec, len(mustRun))
 	require.Equal(t, wantTokens, produced, "output tokens of the calls that ran")
+	return rec
+}
 
-	// Every load takes the cost model's load time; a worker holds one model at a time, so a
-	// model it loaded stays until the worker starts its next load.
+// checkLoads checks that every load takes the cost model's load time and that a worker holds
+// one model at a time: a model it loaded stays until the worker starts its next load, which
+// leaves ClusterUnloadTime for the unload. It returns each worker's loads, by start.
+func checkLoads(t testing.TB, res *policies.Result, cm *sim.CostModel) map[policies.WorkerID][]policies.LoadRecord {
+	t.Helper()
 	perWorker := map[policies.WorkerID][]policies.LoadRecord{}
 	for _, l := range res.Loads {
 		require.Equal(t, cm.LoadTime(), l.End-l.Start, "load of %s on worker %d", l.Model, l.Worker)
@@ -279,8 +299,14 @@ func CheckLargeRun(t testing.TB, res *policies.Result, wl *traces.Workload, cm *
 			require.GreaterOrEqual(t, ls[i].Start-ls[i-1].End, ClusterUnloadTime, "worker %d loads %s before %s can be unloaded", w, ls[i].Model, ls[i-1].Model)
 		}
 	}
-	// A call runs on a worker that finished loading its model before the call was submitted,
-	// and ends before the worker starts loading another model.
+	return perWorker
+}
+
+// checkModelsLoaded checks that a call runs on a worker that finished loading its model before
+// the call was submitted, and ends before the worker starts loading another model (perWorker
+// holds each worker's loads, by start), and that its timing is in order.
+func checkModelsLoaded(t testing.TB, res *policies.Result, perWorker map[policies.WorkerID][]policies.LoadRecord) {
+	t.Helper()
 	for _, c := range res.Calls {
 		ls := perWorker[c.Worker]
 		ok := false
@@ -296,9 +322,13 @@ func CheckLargeRun(t testing.TB, res *policies.Result, wl *traces.Workload, cm *
 			c.Timing.Started, c.Timing.End)
 		require.True(t, c.Timing.Submitted <= c.Timing.Started && c.Timing.Started < c.Timing.End, "call %d timing %+v", c.Call.ID, c.Timing)
 	}
+}
 
-	// A call starts after the calls it reads ended, and, with the barrier, after every call of
-	// every lower layer ended.
+// checkInputsFirst checks that the calls span two layers and that a call starts after the
+// calls it reads ended (rec holds the calls that ran, by ID), and, with the barrier, after
+// every call of every lower layer ended.
+func checkInputsFirst(t testing.TB, res *policies.Result, wl *traces.Workload, rec map[int]policies.CallRecord, barrier bool) {
+	t.Helper()
 	layerEnd := map[int]time.Duration{}
 	maxLayer := 0
 	for _, c := range res.Calls {
@@ -318,33 +348,53 @@ func CheckLargeRun(t testing.TB, res *policies.Result, wl *traces.Workload, cm *
 			}
 		}
 	}
+}
 
-	// The makespan is at least each worker's own work: its loads and the unloads between them,
-	// and, for each model it served, the engine iterations its calls there need. A call of n
-	// output tokens needs n iterations, each at least the cost model's one-token iteration
-	// f(1); the model's T output tokens there need iterations of at most MaxNumSeqs
-	// sequences, and an iteration of b decoding sequences takes at least f(b), whose time per
-	// token f(b)/b falls with b, so they take at least T * f(MaxNumSeqs) / MaxNumSeqs. And it
-	// is at least the first load and then a query's calls one after another along its
-	// longest chain of inputs; with the barrier, the longest expert call and the longest
-	// aggregator call in sequence.
+// checkMakespan checks the makespan against two lower bounds: each worker's own work
+// (busyBounds) and the critical path (criticalPath), and logs them with the number of calls
+// that ran and of aggregators skipped. perWorker holds each worker's loads.
+func checkMakespan(t testing.TB, res *policies.Result, wl *traces.Workload, cm *sim.CostModel, ec sim.EngineConfig,
+	perWorker map[policies.WorkerID][]policies.LoadRecord, barrier bool, skipped int) {
+	t.Helper()
+	minIter, tokenTime := iterationBounds(cm, ec)
+	require.Positive(t, tokenTime)
+	makespan := res.Summary().E2E
+	busy := busyBounds(res, cm, perWorker, minIter, tokenTime)
+	for w, b := range busy {
+		require.GreaterOrEqual(t, makespan, b, "worker %d's loads and iterations alone take %v", w, b)
+	}
+	critical := criticalPath(res, wl, cm, minIter, barrier)
+	require.GreaterOrEqual(t, makespan, critical)
+	t.Logf("%d calls ran, %d aggregators skipped; makespan %v, lower bounds: critical path %v, busiest worker %v",
+		len(res.Calls), skipped, makespan, critical, slices.Max(slices.Collect(maps.Values(busy))))
+}
+
+// iterationBounds returns the least time of an engine iteration, the cost model's one-token
+// iteration f(1), and the least time per output token: an iteration of b decoding sequences
+// takes at least f(b), whose time per token f(b)/b falls with b, and holds at most
+// MaxNumSeqs sequences, so a token takes at least f(MaxNumSeqs) / MaxNumSeqs.
+func iterationBounds(cm *sim.CostModel, ec sim.EngineConfig) (minIter, tokenTime time.Duration) {
 	f := func(b int) time.Duration {
 		return time.Duration(cm.IterationSeconds(sim.Batch{Tokens: b, AttentionPairs: float64(b), KVTokens: float64(b), Seqs: b, Sampled: b}) * 1e9)
 	}
-	minIter, tokenTime := f(1), f(ec.MaxNumSeqs)/time.Duration(ec.MaxNumSeqs)
-	require.Positive(t, tokenTime)
-	makespan := res.Summary().E2E
+	return f(1), f(ec.MaxNumSeqs) / time.Duration(ec.MaxNumSeqs)
+}
+
+// busyBounds returns, by worker, a lower bound of its own work: its loads (perWorker) and the
+// unloads between them, and, for each model it served, the engine iterations its calls there
+// need. A call of n output tokens needs n iterations of at least minIter each; the model's T
+// output tokens there take at least T * tokenTime.
+func busyBounds(res *policies.Result, cm *sim.CostModel, perWorker map[policies.WorkerID][]policies.LoadRecord,
+	minIter, tokenTime time.Duration) map[policies.WorkerID]time.Duration {
 	type wm struct {
 		w policies.WorkerID
 		m string
 	}
 	longest, sum := map[wm]int{}, map[wm]int{}
-	var longestLayer [2]int
 	for _, c := range res.Calls {
 		k := wm{c.Worker, c.Call.Model}
 		longest[k] = max(longest[k], c.Produced)
 		sum[k] += c.Produced
-		longestLayer[c.Call.Layer] = max(longestLayer[c.Call.Layer], c.Produced)
 	}
 	busy := map[policies.WorkerID]time.Duration{}
 	for w, ls := range perWorker {
@@ -353,12 +403,21 @@ func CheckLargeRun(t testing.TB, res *policies.Result, wl *traces.Workload, cm *
 	for k, n := range longest {
 		busy[k.w] += max(time.Duration(n)*minIter, time.Duration(sum[k])*tokenTime)
 	}
-	for w, b := range busy {
-		require.GreaterOrEqual(t, makespan, b, "worker %d's loads and iterations alone take %v", w, b)
+	return busy
+}
+
+// criticalPath returns a lower bound of the makespan: the first load and then a query's calls
+// one after another along its longest chain of inputs that ran, each output token taking at
+// least minIter; with the barrier, also the longest expert call and the longest aggregator
+// call in sequence. The calls span layers 0 and 1.
+func criticalPath(res *policies.Result, wl *traces.Workload, cm *sim.CostModel, minIter time.Duration, barrier bool) time.Duration {
+	var longestLayer [2]int
+	for _, c := range res.Calls {
+		longestLayer[c.Call.Layer] = max(longestLayer[c.Call.Layer], c.Produced)
 	}
 	chain := map[int]int{} // call ID -> tokens along its longest chain of inputs that ran
 	longestChain := 0
-	for _, c := range res.Calls { // layer 0 first, then layer 1 (the last, checked above)
+	for _, c := range res.Calls { // layer 0 first, then layer 1 (the last, checked by checkInputsFirst)
 		if c.Call.Layer == 0 {
 			chain[c.Call.ID] = c.Produced
 			longestChain = max(longestChain, c.Produced)
@@ -380,9 +439,7 @@ func CheckLargeRun(t testing.TB, res *policies.Result, wl *traces.Workload, cm *
 	if barrier {
 		critical = max(critical, cm.LoadTime()+time.Duration(longestLayer[0]+longestLayer[1])*minIter)
 	}
-	require.GreaterOrEqual(t, makespan, critical)
-	t.Logf("%d calls ran, %d aggregators skipped; makespan %v, lower bounds: critical path %v, busiest worker %v",
-		len(res.Calls), skipped, makespan, critical, slices.Max(slices.Collect(maps.Values(busy))))
+	return critical
 }
 
 // RunTiny runs policy p on two workers over TinyMoA with the TinyModels, never skipping an
