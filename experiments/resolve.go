@@ -278,6 +278,7 @@ func (e *Experiment) Resolve() (*Resolved, error) {
 	if err := r.resolveCluster(); err != nil {
 		return nil, err
 	}
+	r.warnBorrowedCoefficients()
 	if e.Seed < 0 {
 		return nil, e.errorf("seed", "must not be negative, got %d", e.Seed)
 	}

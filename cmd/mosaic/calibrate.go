@@ -36,7 +36,7 @@ type calibrateArgs struct {
 	framework, gpus, gpu, holdout, out, profile, catalog string
 	models, operators, fitOnly, fitAlso                  multiFlag
 	tp, context                                          int
-	fit                                                  bool
+	fit, keepDefault                                     bool
 	given                                                map[string]bool // the flags given
 
 	gpuCounts []int
@@ -122,6 +122,9 @@ func calibrateFlags(fs *flag.FlagSet, mode string, a *calibrateArgs) {
 	}
 	if all || mode != "cpu" {
 		calibrateFitFlags(fs, mode, a)
+	}
+	if all || mode == "data" {
+		fs.BoolVar(&a.keepDefault, "keep-default", false, "with --fit on one GPU: keep the profile's [default] coefficients (otherwise the fit becomes the default that GPUs without measurements borrow)")
 	}
 	fs.StringVar(&a.profile, "profile", "", "start from (or predict with) this profile instead of the built-in one")
 	fs.StringVar(&a.catalog, "catalog", "", "extra GPUs and models (TOML)")
@@ -355,7 +358,7 @@ func calibrateData(stdout io.Writer, a *calibrateArgs, cat *sim.Catalog, prof *s
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	logSkipped(sel.Skipped)
-	d, err := calibrate.CheckData(sel.Cases, cat, prof, calibrate.DataOptions{Operators: a.operators, Fit: a.fit, Holdout: a.held, FitOptions: a.fitOptions()})
+	d, err := calibrate.CheckData(sel.Cases, cat, prof, calibrate.DataOptions{Operators: a.operators, Fit: a.fit, Holdout: a.held, FitOptions: a.fitOptions(), KeepDefault: a.keepDefault})
 	if err != nil {
 		return err
 	}
@@ -364,6 +367,12 @@ func calibrateData(stdout io.Writer, a *calibrateArgs, cat *sim.Catalog, prof *s
 	}
 	if a.out == "" {
 		return nil
+	}
+	if a.fit {
+		for _, g := range d.GPUs {
+			mape, _ := d.HeldOutMAPE(g)
+			prof.SetProvenance(g.Name, fitProvenance(a, mape))
+		}
 	}
 	return writeProfile(a.out, prof, append([]string{"Cost-model profile written by: mosaic " + strings.Join(os.Args[1:], " ")}, d.ProfileNote()...)...)
 }
@@ -388,6 +397,16 @@ func printDataCheck(stdout io.Writer, d *calibrate.DataCheck, holdout string) er
 	}
 	fmt.Fprintf(w, "MAPE %.2f%% over %d rows\n", d.MAPE(), len(d.Predictions))
 	return w.Flush()
+}
+
+// fitProvenance records how a fit written to a profile was made: the command line, and its
+// error on what --holdout left out.
+func fitProvenance(a *calibrateArgs, heldOutMAPE float64) sim.Provenance {
+	pv := sim.Provenance{Basis: "mosaic " + strings.Join(os.Args[1:], " ")}
+	if a.held != nil {
+		pv.HeldOut, pv.HeldOutMAPE = a.holdout, heldOutMAPE
+	}
+	return pv
 }
 
 // writeProfile writes a fitted cost-model profile to path, its header lines first.
@@ -512,6 +531,10 @@ func calibrateForward(stdout io.Writer, a *calibrateArgs, cat *sim.Catalog, prof
 	}
 	if a.out == "" {
 		return nil
+	}
+	if a.fit {
+		mape, _ := f.HeldOutMAPE()
+		prof.SetProvenance(g.Name, fitProvenance(a, mape))
 	}
 	return writeProfile(a.out, prof, append([]string{"Cost-model profile written by: mosaic " + strings.Join(os.Args[1:], " ")}, f.ProfileNote(a.files)...)...)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/mosaic-sched/mosaic/internal/dataset"
+	"github.com/mosaic-sched/mosaic/sim"
 )
 
 const forwardFixture = "../../sim/calibrate/testdata/forward_fixture.csv"
@@ -104,6 +105,24 @@ func TestCalibrateDataWritesSameProfile(t *testing.T) {
 		return s[strings.Index(s, "\n"):]
 	}
 	assert.Equal(t, body(oldProf), body(newProf))
+
+	// The fitted GPU's table says how it was fitted and its held-out error; the fit became the
+	// default, unless --keep-default.
+	assert.Contains(t, body(newProf), "held_out = \"L=2048\"\nheld_out_mape_pct = ")
+	assert.Contains(t, body(newProf), "basis = \"mosaic ")
+	keepProf := filepath.Join(dir, "keep.toml")
+	code, _, errOut = runCLI(append([]string{"calibrate", "data", "--data", path, "-o", keepProf, "--keep-default"}, args...)...)
+	require.Equal(t, 0, code, errOut)
+	fitted, err := sim.LoadProfile(newProf, nil)
+	require.NoError(t, err)
+	kept, err := sim.LoadProfile(keepProf, nil)
+	require.NoError(t, err)
+	builtin := sim.DefaultProfile()
+	assert.Equal(t, builtin.Default, kept.Default)
+	assert.NotEqual(t, builtin.Default, fitted.Default)
+	a40, err := sim.DefaultCatalog().GPU("A100-40GB")
+	require.NoError(t, err)
+	assert.Equal(t, fitted.For(a40), kept.For(a40), "the GPU's own coefficients are the fit's either way")
 }
 
 // mosaic calibrate -h lists the subcommands; each subcommand's help lists only its flags.
@@ -116,7 +135,7 @@ func TestCalibrateHelp(t *testing.T) {
 		}
 	}
 	for sub, want := range map[string][]string{
-		"data":      {"catalog", "data", "fit", "fit-also", "fit-only", "framework", "gpu", "gpus", "holdout", "model", "o", "operators", "profile"},
+		"data":      {"catalog", "data", "fit", "fit-also", "fit-only", "framework", "gpu", "gpus", "holdout", "keep-default", "model", "o", "operators", "profile"},
 		"splitwise": {"catalog", "fit-also", "fit-only", "holdout", "model", "profile"},
 		"cpu":       {"catalog", "context", "gpu", "model", "profile"},
 		"forward":   {"catalog", "fit", "fit-also", "fit-only", "gpu", "holdout", "model", "o", "profile", "tp"},

@@ -16,8 +16,9 @@ import (
 func runCatalog(args []string, stdout io.Writer) error {
 	fs := newFlagSet("catalog", flag.ContinueOnError)
 	extra := fs.String("catalog", "", "extra GPUs, models and engine presets (TOML)")
+	profile := fs.String("profile", "", "with gpus: say where this cost-model profile's coefficients come from instead of the built-in one's")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: mosaic catalog [gpus|models|engines|policies|rules] [--catalog extra.toml]\n\nexample:\n  mosaic catalog models")
+		fmt.Fprintln(fs.Output(), "usage: mosaic catalog [gpus|models|engines|policies|rules] [--catalog extra.toml] [--profile profile.toml]\n\nexample:\n  mosaic catalog models")
 		fs.PrintDefaults()
 	}
 	pos, err := parseInterspersed(fs, args)
@@ -41,7 +42,13 @@ func runCatalog(args []string, stdout io.Writer) error {
 	w := bufio.NewWriter(stdout)
 	switch what {
 	case "gpus":
-		listGPUs(w, cat)
+		prof := sim.DefaultProfile()
+		if *profile != "" {
+			if prof, err = sim.LoadProfile(*profile, nil); err != nil {
+				return err
+			}
+		}
+		listGPUs(w, cat, prof)
 	case "models":
 		listModels(w, cat)
 	case "engines":
@@ -74,15 +81,42 @@ overlap = true            release calls that read others on arrival and prefill 
 	return w.Flush()
 }
 
-func listGPUs(w io.Writer, cat *sim.Catalog) {
-	fmt.Fprintf(w, "%-12s %-7s %11s %9s %10s %-13s %9s\n", "gpu", "vendor", "peak_tflops", "hbm_gbps", "memory_gib", "interconnect", "link_gbps")
+// listGPUs lists the catalog's GPUs with where prof's coefficients for each come from: a fit
+// of their own (with its error on the measurements it held out), another GPU's by design
+// (like), or the default's, borrowed.
+func listGPUs(w io.Writer, cat *sim.Catalog, prof *sim.Profile) {
+	fmt.Fprintf(w, "%-12s %-7s %11s %9s %10s %-13s %9s  %-22s %s\n", "gpu", "vendor", "peak_tflops", "hbm_gbps", "memory_gib", "interconnect", "link_gbps", "coefficients", "held_out_mape")
+	var notes []string
 	for _, g := range cat.GPUs() {
 		ic := g.Interconnect
 		if ic == "" {
 			ic = "-"
 		}
-		fmt.Fprintf(w, "%-12s %-7s %11g %9g %10g %-13s %9g\n", g.Name, g.Vendor, g.PeakTFLOPs, g.HBMGBps, g.MemoryGiB, ic, g.LinkGBps)
+		coef, held := coefficientsOf(prof, g)
+		fmt.Fprintf(w, "%-12s %-7s %11g %9g %10g %-13s %9g  %-22s %s\n", g.Name, g.Vendor, g.PeakTFLOPs, g.HBMGBps, g.MemoryGiB, ic, g.LinkGBps, coef, held)
+		if pv, ok := prof.Provenance[strings.ToLower(g.Name)]; ok && pv.Basis != "" {
+			notes = append(notes, fmt.Sprintf("%s: %s", g.Name, pv.Basis))
+		}
 	}
+	if len(notes) > 0 {
+		fmt.Fprintf(w, "\ncoefficients of %s profile:\n  %s\n", prof.Source, strings.Join(notes, "\n  "))
+	}
+}
+
+// coefficientsOf says where g's coefficients come from in prof, and their held-out error.
+func coefficientsOf(prof *sim.Profile, g *sim.GPU) (string, string) {
+	if from, borrowed := prof.Borrows(g); borrowed {
+		return "borrowed: " + orDefault(from, "[default]"), "-"
+	}
+	pv := prof.Provenance[strings.ToLower(g.Name)]
+	held := "-"
+	if pv.HeldOut != "" {
+		held = fmt.Sprintf("%.2f%% (%s)", pv.HeldOutMAPE, pv.HeldOut)
+	}
+	if pv.Like != "" {
+		return "like " + pv.Like, held
+	}
+	return "own fit", held
 }
 
 func listModels(w io.Writer, cat *sim.Catalog) {

@@ -16,7 +16,7 @@ func TestCatalogListings(t *testing.T) {
 	}{
 		{[]string{"catalog"}, []string{"vllm-0.6", "vllm-v1", "overheads: fit (make profile)"}},
 		{[]string{"catalog", "engines"}, []string{"model_len", "2048|8192", "256|1024"}},
-		{[]string{"catalog", "gpus"}, []string{"MI300X", "mesh", "H100-80GB"}},
+		{[]string{"catalog", "gpus"}, []string{"MI300X", "mesh", "H100-80GB", "held_out_mape", "like A100-40GB", "borrowed: A100-40GB", "coefficients of built-in profile:"}},
 		{[]string{"catalog", "models"}, []string{"databricks/dbrx-instruct", "4/16", "Qwen/Qwen3-32B"}},
 	} {
 		code, out, errOut := runCLI(tc.args...)

@@ -21,6 +21,9 @@ type DataOptions struct {
 	Holdout *Holdout
 	// FitOptions chooses the coefficients fitted; with Operators, KeepCompute is set.
 	FitOptions FitOptions
+	// KeepDefault keeps the profile's default coefficients when the cases are of a single
+	// GPU (otherwise that GPU's fit becomes the default that GPUs without measurements take).
+	KeepDefault bool
 }
 
 // OperatorFit is what one operator-level profile says about the linear layers of a GPU.
@@ -44,8 +47,9 @@ type DataCheck struct {
 	// coefficients when it fitted.
 	Profile *sim.Profile
 
-	fit     bool
-	holdout *Holdout
+	fit         bool
+	holdout     *Holdout
+	keepDefault bool
 }
 
 // CheckData predicts the latency of every case with prof. With opts.Fit it first fits each
@@ -55,7 +59,7 @@ type DataCheck struct {
 // (cases of a single GPU) the compute efficiency is pinned on operator-level profiles first.
 // Errors in the options are *OptionError.
 func CheckData(cases []Case, cat *sim.Catalog, prof *sim.Profile, opts DataOptions) (*DataCheck, error) {
-	d := &DataCheck{Profile: prof, fit: opts.Fit, holdout: opts.Holdout}
+	d := &DataCheck{Profile: prof, fit: opts.Fit, holdout: opts.Holdout, keepDefault: opts.KeepDefault}
 	byGPU := map[*sim.GPU][]Case{}
 	for _, c := range cases {
 		if _, ok := byGPU[c.GPU]; !ok {
@@ -137,11 +141,26 @@ func (d *DataCheck) fitGPU(g *sim.GPU, cases []Case, computeEff float64, opts Fi
 	if b := AtBounds(fr.Coef); len(b) > 0 {
 		slog.Warn("fitted coefficients at the edge of their range: the rows do not constrain them", "gpu", g.Name, "coefficients", strings.Join(b, ", "))
 	}
-	if len(d.GPUs) == 1 {
+	if len(d.GPUs) == 1 && !d.keepDefault {
 		// GPUs without measurements take the efficiencies fitted here.
-		d.Profile.Default = fr.Coef
+		d.Profile.Default, d.Profile.DefaultFrom = fr.Coef, g.Name
 	}
 	return nil
+}
+
+// HeldOutMAPE is the error on g's held-out cases (percent) and their number (0 without a
+// fit or a hold-out).
+func (d *DataCheck) HeldOutMAPE(g *sim.GPU) (float64, int) {
+	var held []Prediction
+	for _, p := range d.Predictions {
+		if p.GPU == g && d.fit && d.holdout.Matches(p.Case) {
+			held = append(held, p)
+		}
+	}
+	if len(held) == 0 {
+		return 0, 0
+	}
+	return MAPE(held), len(held)
 }
 
 // Set names the set of a prediction's case: "-" without a fit, "held-out" for a case the

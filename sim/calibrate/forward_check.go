@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -118,6 +119,22 @@ type ForwardCheck struct {
 	// when there are several, and with a hold-out by shape, phase and set and by set; sorted by
 	// key.
 	Groups []ForwardGroup
+}
+
+// HeldOutMAPE is the error on the held-out points (percent) and their number (0 without a
+// fit or a hold-out).
+func (f *ForwardCheck) HeldOutMAPE() (float64, int) {
+	sum, n := 0.0, 0
+	for _, r := range f.Rows {
+		if r.Set == "held-out" {
+			sum += math.Abs(r.ErrorPct())
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, 0
+	}
+	return sum / float64(n), n
 }
 
 // CheckForward compares the cost model's GPU part (roofline terms, no engine overheads, no
