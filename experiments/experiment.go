@@ -471,8 +471,9 @@ type PolicySpec struct {
 // MosaicOptions are the mosaic policy's options, in its own table of its [[policy]]: dotted keys
 // (mosaic.solver_time_limit = "10s") or a [policy.mosaic] table after the [[policy]] header.
 type MosaicOptions struct {
-	// SolverTimeLimit bounds each ILP solve ("10s"; sub-second limits such as "500ms" are
-	// kept by falling back to the heuristic's plan when the ILP has not finished).
+	// SolverTimeLimit is a safety net for each placement solve ("10s"): the solver's searches
+	// are bounded by counts of steps and end far sooner; one still running when the limit
+	// strikes gives way to the heuristic's plan, with a warning.
 	SolverTimeLimit time.Duration `toml:"solver_time_limit"`
 	// Order is the order of calls within a worker: "longest-first" or "plain".
 	Order string `toml:"order"`
@@ -483,14 +484,14 @@ type MosaicOptions struct {
 // PipelineOptions are the pipeline policy's options, in its own table of its [[policy]]: dotted keys
 // (pipeline.solver_time_limit = "10s") or a [policy.pipeline] table after the [[policy]] header.
 type PipelineOptions struct {
-	// SolverTimeLimit bounds each ILP solve (as for mosaic).
+	// SolverTimeLimit is a safety net for each placement solve (as for mosaic).
 	SolverTimeLimit time.Duration `toml:"solver_time_limit"`
 }
 
 // OnlineOptions are the online policy's options, in its own table of its [[policy]]: dotted keys
 // (online.solver_time_limit = "10s") or a [policy.online] table after the [[policy]] header.
 type OnlineOptions struct {
-	// SolverTimeLimit bounds each ILP solve of the placement (as for mosaic).
+	// SolverTimeLimit is a safety net for each placement solve (as for mosaic).
 	SolverTimeLimit time.Duration `toml:"solver_time_limit"`
 	// Replan is how often the policy checks whether the mix of calls drifted from its
 	// placement ("60s"; "-1s" never).

@@ -230,7 +230,7 @@ func TestWritePlanTimeLimit(t *testing.T) {
 	out := b.String()
 	assert.Contains(t, out, "w1 (H100-80GB x2)")
 	assert.Contains(t, out, "predicted makespan 12.5 s, best found (time limit): not proved optimal")
-	assert.Contains(t, out, "lower bound        10.0 s (LP relaxation, work bound), gap 20.0%")
+	assert.Contains(t, out, "lower bound        10.0 s (work bound, for any split of the calls), gap 20.00%")
 	assert.Contains(t, out, "solver             best found (time limit) in ")
 	assert.NotContains(t, out, "optimum")
 }

@@ -136,8 +136,10 @@ func (r *Resolved) WriteWorkers(w io.Writer) error {
 }
 
 // WritePlan prints a stage plan: worker x model call counts, predicted finish times, the
-// makespan, the LP bound and the gap, the solve time and the status (a plan the ILP's time
-// limit cut short is "best found (time limit)", not optimal). hardware names each worker's
+// makespan, the lower bound (solver.WorkBound, which holds for any split of the calls, so for
+// the final plan) and the gap, how the plan was found (proved optimal by the exact search,
+// near-optimal or best found by the fill search, the heuristic) and how long that took, and
+// whether it was reused from an identical problem planned earlier. hardware names each worker's
 // GPUs ("A100-80GB", "H100-80GB x2": Resolved.Hardware), shown beside the worker; nil shows
 // the workers' numbers alone.
 func WritePlan(w io.Writer, sp *placement.StagePlan, hardware []string) error {
@@ -196,12 +198,16 @@ func WritePlan(w io.Writer, sp *placement.StagePlan, hardware []string) error {
 	default:
 		fmt.Fprintf(w, "predicted makespan %.1f s\n", p.Makespan)
 	}
-	fmt.Fprintf(w, "lower bound        %.1f s (LP relaxation, work bound), gap %.1f%%\n", p.LowerBound, 100*p.Gap)
+	fmt.Fprintf(w, "lower bound        %.1f s (work bound, for any split of the calls), gap %.2f%%\n", p.LowerBound, 100*p.Gap)
 	by := ""
 	if p.Method != "" && p.Method != string(p.Status) {
 		by = " by " + p.Method
 	}
-	_, err := fmt.Fprintf(w, "solver             %s%s in %v%s\n", p.Status.Describe(), by, p.SolveTime.Round(time.Microsecond), note(p.Note))
+	reused := ""
+	if p.Reused {
+		reused = " (reused: an identical problem was planned earlier in this process)"
+	}
+	_, err := fmt.Fprintf(w, "solver             %s%s in %v%s%s\n", p.Status.Describe(), by, p.SolveTime.Round(time.Microsecond), reused, note(p.Note))
 	return err
 }
 
@@ -255,4 +261,45 @@ func (r *Resolved) PlanPreview(ctx context.Context, label string) ([]*placement.
 		return nil, err
 	}
 	return p.(planner).Plans(), nil
+}
+
+// PlanInfo is one stage plan of a planning policy in run.json: how good it is and how it was
+// found. It holds nothing that changes from one run to the next (not the solve time, nor
+// whether the plan was reused from an identical problem), so run.json stays byte-identical.
+type PlanInfo struct {
+	Policy string `json:"policy"`
+	Layer  int    `json:"layer"`
+	// StartS is when the stage was planned (seconds from the start of the run).
+	StartS    float64 `json:"start_s"`
+	MakespanS float64 `json:"makespan_s"`
+	// ILPMakespanS is the ILP's optimum with even splits, where the exact search proved it.
+	ILPMakespanS float64 `json:"ilp_makespan_s,omitempty"`
+	// LowerBoundS is solver.WorkBound: no plan, splits even or not, finishes earlier.
+	LowerBoundS float64 `json:"lower_bound_s"`
+	Gap         float64 `json:"gap"`
+	Status      string  `json:"status"`
+	Method      string  `json:"method"`
+	Note        string  `json:"note,omitempty"`
+}
+
+// PlanInfos lists the stage plans of the run's planning policies, policy by policy, stage by
+// stage.
+func (run *Run) PlanInfos() []PlanInfo {
+	var out []PlanInfo
+	for i, p := range run.Policies {
+		pl, ok := p.(planner)
+		if !ok {
+			continue
+		}
+		for _, sp := range pl.Plans() {
+			if sp == nil || sp.Plan == nil || len(sp.Plan.WorkerTime) == 0 {
+				continue
+			}
+			q := sp.Plan
+			out = append(out, PlanInfo{Policy: run.Results[i].Policy, Layer: sp.Layer, StartS: sp.Start.Seconds(),
+				MakespanS: q.Makespan, ILPMakespanS: q.ILPMakespan, LowerBoundS: q.LowerBound, Gap: q.Gap,
+				Status: string(q.Status), Method: q.Method, Note: q.Note})
+		}
+	}
+	return out
 }

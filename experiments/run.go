@@ -288,6 +288,9 @@ type RunInfo struct {
 	// Resolved is what the file resolved to: the GPU, its cost-model coefficients and each
 	// model's engine, with every default filled in.
 	Resolved *ResolvedInfo `json:"resolved,omitempty"`
+	// Plans are the stage plans of the planning policies (mosaic, pipeline): their bound, gap
+	// and how they were found.
+	Plans []PlanInfo `json:"plans,omitempty"`
 }
 
 // ResolvedInfo is the resolved cluster of run.json: the GPU and its coefficients, or, for a
@@ -394,6 +397,7 @@ func (run *Run) WriteDir(dir string, info RunInfo, host HostInfo) error {
 // second writer is refused before either has spent anything.
 func (run *Run) WriteInto(d *results.Dir, info RunInfo, host HostInfo) error {
 	info = run.Experiment.runInfo(run.Mode, info)
+	info.Plans = run.PlanInfos()
 	g := run.Experiment.Graph
 	if err := results.Write(d, results.Summary, slices.Values(run.Summaries)); err != nil {
 		return err

@@ -20,17 +20,19 @@ func twoModels(limit time.Duration) Problem {
 	}}
 }
 
-// blockILP makes the ILP hang until the returned function is called, with the exact search
-// turned off so that every problem goes to the ILP.
-func blockILP(t *testing.T) (release func()) {
+// blockSearch makes the search of problems beyond the exact search hang until the returned
+// function is called, with the exact search turned off so that every problem goes to it, and
+// the memo emptied before and after.
+func blockSearch(t *testing.T) (release func()) {
 	t.Helper()
 	limit := exactNodeLimit
 	exactNodeLimit = 0
-	t.Cleanup(func() { exactNodeLimit = limit })
+	plans.reset()
+	t.Cleanup(func() { exactNodeLimit = limit; plans.reset() })
 	gate := make(chan struct{})
-	solveILP = func(ctx context.Context, p Problem) (*Plan, error) {
+	solveLarge = func(ctx context.Context, p Problem) (*Plan, error) {
 		<-gate
-		return SolveILP(ctx, p)
+		return fillSearch(ctx, p)
 	}
 	var once bool
 	release = func() {
@@ -39,14 +41,14 @@ func blockILP(t *testing.T) (release func()) {
 			close(gate)
 		}
 	}
-	t.Cleanup(func() { release(); solveILP = SolveILP })
+	t.Cleanup(func() { release(); solveLarge = fillSearch })
 	return release
 }
 
-// A limit that is not a whole number of seconds holds although lp_solve counts whole seconds:
-// when it strikes before the ILP answers, the plan is the heuristic's and says so.
-func TestSubSecondLimit(t *testing.T) {
-	blockILP(t)
+// The time limit is a safety net: when it strikes before the search answers, the plan is the
+// heuristic's, says so, and is not kept for reuse.
+func TestTimeLimitSafetyNet(t *testing.T) {
+	release := blockSearch(t)
 	p := twoModels(50 * time.Millisecond)
 	plan, err := Solve(context.Background(), p)
 	require.NoError(t, err)
@@ -54,20 +56,18 @@ func TestSubSecondLimit(t *testing.T) {
 	assert.Contains(t, plan.Note, "had not finished within the 50ms time limit")
 	assert.Equal(t, WorkBound(p), plan.LowerBound)
 	assert.Equal(t, SolveHeuristic(p).Counts, plan.Counts)
-}
+	assert.Zero(t, plans.len(), "a plan the time limit decided is not kept")
 
-// A whole-second limit is lp_solve's to keep: Solve waits for the ILP's answer.
-func TestWholeSecondLimitWaitsForTheILP(t *testing.T) {
-	release := blockILP(t)
-	time.AfterFunc(100*time.Millisecond, release)
-	plan, err := Solve(context.Background(), twoModels(time.Second))
+	release()
+	plan, err = Solve(context.Background(), p)
 	require.NoError(t, err)
-	assert.NotContains(t, plan.Note, "had not finished")
+	assert.Equal(t, MethodFill, plan.Method)
+	assert.False(t, plan.Reused)
 }
 
 // A solve that runs on logs its progress; a cancelled context stops the wait.
 func TestSolveProgressAndCancel(t *testing.T) {
-	blockILP(t)
+	blockSearch(t)
 	var logs bytes.Buffer
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
@@ -80,27 +80,22 @@ func TestSolveProgressAndCancel(t *testing.T) {
 	time.AfterFunc(100*time.Millisecond, cancel)
 	_, err := Solve(ctx, twoModels(time.Minute))
 	require.ErrorIs(t, err, context.Canceled)
-	assert.Contains(t, logs.String(), "solving the placement ILP")
+	assert.Contains(t, logs.String(), "solving the placement problem")
 	assert.Contains(t, logs.String(), "time_limit=1m0s")
 }
 
-// A problem whose exact search needs more choices than its limit goes to the ILP, which is
-// then the one to answer; within the limit the search answers and the ILP is never asked.
-func TestExactSearchLimitHandsOverToTheILP(t *testing.T) {
+// A problem whose exact search needs more choices than its limit goes to the fill search;
+// within the limit the exact search answers.
+func TestExactSearchLimitHandsOverToTheFillSearch(t *testing.T) {
 	p := twoModels(time.Minute)
-	asked := 0
-	solveILP = func(ctx context.Context, p Problem) (*Plan, error) {
-		asked++
-		return SolveHeuristic(p), nil
-	}
 	limit := exactNodeLimit
-	t.Cleanup(func() { solveILP, exactNodeLimit = SolveILP, limit })
+	plans.reset()
+	t.Cleanup(func() { exactNodeLimit = limit; plans.reset() })
 
 	plan, err := Solve(context.Background(), p)
 	require.NoError(t, err)
 	assert.Equal(t, Optimal, plan.Status)
 	assert.Equal(t, MethodExact, plan.Method)
-	assert.Zero(t, asked, "the exact search solves a two-model problem")
 
 	exactNodeLimit = 3 // fewer than the first item's replica sets
 	_, ok, err := solveExact(context.Background(), p)
@@ -108,8 +103,9 @@ func TestExactSearchLimitHandsOverToTheILP(t *testing.T) {
 	assert.False(t, ok)
 	plan, err = Solve(context.Background(), p)
 	require.NoError(t, err)
-	assert.Equal(t, 1, asked)
-	assert.Equal(t, Heuristic, plan.Status, "the stand-in ILP's plan")
+	assert.False(t, plan.Reused, "the step limits are part of the memo's key")
+	assert.Equal(t, MethodFill, plan.Method)
+	assert.Contains(t, []Status{NearOptimal, BestFound}, plan.Status)
 }
 
 // A cancelled context stops the exact search with the context's error.

@@ -11,8 +11,8 @@ import (
 	"github.com/draffensperger/golp"
 )
 
-// ILPAvailable says whether this build solves the ILP with lp_solve (built with cgo and the
-// lpsolve tag, as the Makefile does); otherwise Solve uses the heuristic, with a warning.
+// ILPAvailable says whether this build has SolveILP, the ILP solved by lp_solve (built with cgo
+// and the lpsolve tag, as the Makefile does). Solve does not need it.
 const ILPAvailable = true
 
 // ilp indexes the columns of the placement ILP (see the package comment).
@@ -138,35 +138,11 @@ func (md *ilp) build(integer bool) (*golp.LP, error) {
 	return lp, nil
 }
 
-// LowerBound returns the larger of the ILP's LP relaxation optimum (with the cuts) and
-// WorkBound.
-func LowerBound(p Problem) (float64, error) {
-	lp, err := lpBound(p)
-	if err != nil {
-		return 0, err
-	}
-	return max(lp, WorkBound(p)), nil
-}
-
-func lpBound(p Problem) (float64, error) {
-	if err := p.Validate(); err != nil {
-		return 0, err
-	}
-	md := newILP(&p)
-	lp, err := md.build(false)
-	if err != nil {
-		return 0, err
-	}
-	lp.SetTimeout(p.timeLimitSeconds())
-	if st := lp.Solve(); st != golp.OPTIMAL {
-		return 0, fmt.Errorf("%w: LP relaxation %s", ErrNoSolution, st)
-	}
-	return lp.Variables()[md.c], nil
-}
-
-// SolveILP solves the placement ILP with lp_solve within the problem's time limit, then lets
-// replicas of a model trade calls where that lowers the makespan (Plan.ILPMakespan is the ILP's
-// own optimum, Plan.Makespan the final plan's).
+// SolveILP solves the placement ILP with lp_solve within the problem's time limit (whole
+// seconds, rounded up), then lets replicas of a model trade calls where that lowers the
+// makespan (Plan.ILPMakespan is the ILP's own optimum, Plan.Makespan the final plan's). Solve
+// does not use it: it is the reference the tests and benchmarks compare the searches with,
+// and its answer under a time limit depends on the machine's speed.
 func SolveILP(ctx context.Context, p Problem) (*Plan, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err

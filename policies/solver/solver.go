@@ -1,21 +1,34 @@
 // Package solver places models on workers and splits their calls among replicas so that the
-// last worker finishes as early as possible. It is the only package that talks to lp_solve
-// (through golp, behind the cgo and lpsolve build tags, which the Makefile sets).
+// last worker finishes as early as possible.
 //
-// Solve finds the optimum of the ILP below by an exact branch and bound of its own first
-// (exact.go), on problems of up to 8 workers whose search ends within a fixed number of choices
-// (the paper's 6 x 4 stages take milliseconds, where lp_solve's branch and bound takes seconds
-// to prove the same optimum once preloads make the workers unlike); larger problems go to
-// lp_solve. When lp_solve is missing, times out without a solution or fails numerically, Solve
-// falls back to a pure-Go heuristic and says so.
+// Solve takes two paths, both pure Go and both bounded by counts of steps rather than by time,
+// so that a plan never depends on the machine's speed:
 //
-// The model: a model m with n_m calls served by r replicas splits its calls evenly, so each
+//   - On problems of up to 8 workers whose search ends within a fixed number of choices (the
+//     paper's 6 x 4 stages take milliseconds), an exact branch and bound (exact.go) proves the
+//     optimum of the ILP below; replicas then trade calls (improve). Status optimal.
+//   - Any other problem (a cluster of 16 or 32 workers, or a search too long) goes to the fill
+//     search (fill.go): for a target makespan C it fills the workers with the models' calls,
+//     each model split into as few pieces as fit, each piece paying its load, and bisects for
+//     the least C at which that succeeds, over a few orders of the models; its plan is within
+//     1% of the lower bound on the stages of 16 x 8 and 32 x 12 clusters, in milliseconds.
+//     Status near-optimal (within 1% of the bound) or best-found.
+//
+// Every plan carries WorkBound (bound.go), a lower bound on the makespan of any plan, splits
+// even or not, so the gap it reports is one the final plan really has. When the search fails
+// the heuristic (heuristic.go) plans, and says why. lp_solve (through golp, behind the cgo and
+// lpsolve build tags, which the Makefile sets) is no longer on Solve's path: SolveILP solves the
+// ILP with it, for comparison. Solve keeps the plans of the problems it solved (memo.go):
+// an identical problem is answered with a copy.
+//
+// The ILP: a model m with n_m calls served by r replicas splits its calls evenly, so each
 // replica costs at most τ_mrw = L_mw + T_mw(ceil(n_m / r)) on worker w, where T_mw is the
-// (offline-profiled, concave) time for worker w to serve x calls and L_mw the load cost there
-// (0 where m is already loaded). On a cluster of identical workers T_mw = T_m and L_mw = L_m;
-// on a mixed cluster (Item.OnWorker) each worker's GPU type and tensor-parallel degree give its
-// own curve and load time, so a replica of a heavy model costs less on a faster worker. With
-// binaries v[m,r] (m gets r replicas) and a[m,r,w] (one of them on w):
+// (offline-profiled, non-decreasing, mostly concave) time for worker w to serve x calls and
+// L_mw the load cost there (0 where m is already loaded). On a cluster of identical workers
+// T_mw = T_m and L_mw = L_m; on a mixed cluster (Item.OnWorker) each worker's GPU type and
+// tensor-parallel degree give its own curve and load time, so a replica of a heavy model costs
+// less on a faster worker. With binaries v[m,r] (m gets r replicas) and a[m,r,w] (one of them
+// on w):
 //
 //	minimise   C
 //	subject to Σ_r v[m,r] = 1                                   one replica count per model
@@ -26,11 +39,10 @@
 //	           t_w >= t_w'  for interchangeable workers w < w'   symmetry breaking
 //	           r <= R_m                                           the replication cap
 //
-// Splitting evenly keeps the ILP small and its LP relaxation tight (every job is a constant),
-// where a free integer split with a concave cost needs a piecewise formulation that lp_solve's
-// branch and bound cannot close; after solving, replicas of a model trade calls while that
-// lowers the makespan, so the final plan is never worse than the ILP's. The LP relaxation of
-// this ILP is the lower bound reported with every plan.
+// Splitting evenly keeps the ILP small (every job is a constant), where a free integer split
+// with a concave cost needs a piecewise formulation that no branch and bound we tried could
+// close; after solving, replicas of a model trade calls while that lowers the makespan, so the
+// final plan is never worse than the ILP's. The fill search works on uneven splits directly.
 package solver
 
 import (
@@ -91,6 +103,9 @@ func (c Curve) validate() error {
 	for i, t := range c.T {
 		if t < 0 || math.IsNaN(t) || math.IsInf(t, 0) {
 			return fmt.Errorf("curve time %g at %d calls", t, c.X[i])
+		}
+		if i > 0 && t < c.T[i-1] {
+			return fmt.Errorf("curve time falls from %g at %d calls to %g at %d: more calls never take less time", c.T[i-1], c.X[i-1], t, c.X[i])
 		}
 	}
 	return nil
@@ -158,6 +173,12 @@ const (
 	Optimal   Status = "optimal"    // the ILP's optimum, proved (by the exact search or lp_solve)
 	TimeLimit Status = "time-limit" // the ILP's best solution when the time limit struck
 	Heuristic Status = "heuristic"  // the fallback heuristic
+	// NearOptimal: the fill search's plan, within fillTargetGap (1%) of the lower bound; not
+	// proved optimal, and no farther from the optimum than its gap says.
+	NearOptimal Status = "near-optimal"
+	// BestFound: the fill search's best plan when its step budget ran out farther than 1%
+	// from the lower bound (the bound may be the one that is loose).
+	BestFound Status = "best-found"
 )
 
 // Plan.Method values.
@@ -165,14 +186,22 @@ const (
 	MethodExact     = "exact search" // the ILP's optimum, by the exact search
 	MethodLPSolve   = "lp_solve"     // the ILP solved by lp_solve
 	MethodHeuristic = "heuristic"    // the fallback heuristic
+	MethodFill      = "fill search"  // the fill search (fill.go)
 )
 
-// Describe says in words how a plan was found, for people: "optimal" (proved), "best found
-// (time limit)" (the best plan when the ILP's time limit struck: not proved optimal, and no
-// farther from the optimum than the gap to the lower bound says), or "heuristic".
+// Describe says in words how a plan was found, for people: "optimal" (proved), "near-optimal
+// (within 1% of the bound)", "best found (not within 1% of the bound)" (the fill search's best
+// when its steps ran out), "best found (time limit)" (lp_solve's best when its time limit
+// struck), or "heuristic". A plan that is not proved optimal is no farther from the optimum
+// than its gap to the lower bound says.
 func (s Status) Describe() string {
-	if s == TimeLimit {
+	switch s {
+	case TimeLimit:
 		return "best found (time limit)"
+	case NearOptimal:
+		return fmt.Sprintf("near-optimal (within %g%% of the bound)", 100*fillTargetGap)
+	case BestFound:
+		return fmt.Sprintf("best found (not within %g%% of the bound)", 100*fillTargetGap)
 	}
 	return string(s)
 }
@@ -183,17 +212,23 @@ type Plan struct {
 	// WorkerTime is each worker's predicted finish time (offset + loads + serving).
 	WorkerTime []float64
 	Makespan   float64
-	// ILPMakespan is the ILP's optimum (even splits, before replicas trade calls).
+	// ILPMakespan is the ILP's optimum (even splits, before replicas trade calls) where the
+	// exact search or lp_solve found it; 0 for the fill search and the heuristic.
 	ILPMakespan float64
-	// LowerBound is the ILP's LP relaxation optimum (with the cuts); Gap = 1 - LowerBound/Makespan.
+	// LowerBound is WorkBound: no plan, splits even or not, has a shorter makespan.
+	// Gap = 1 - LowerBound/Makespan.
 	LowerBound float64
 	Gap        float64
 	Status     Status
-	// Method says what found it: "exact search", "lp_solve" or "heuristic".
+	// Method says what found it: "exact search", "fill search", "lp_solve" or "heuristic".
 	Method string
 	// Note says why the heuristic was used, when it was.
-	Note      string
+	Note string
+	// SolveTime is how long Solve took: for a Reused plan, the lookup.
 	SolveTime time.Duration
+	// Reused: the plan is a copy of one Solve made earlier in this process for an identical
+	// problem, not solved again (memo.go).
+	Reused bool
 }
 
 // Errors.
@@ -441,91 +476,127 @@ const DefaultTimeLimit = 10 * time.Second
 // progressEvery is how often a solve that is still running says so in the log.
 var progressEvery = 5 * time.Second
 
-// solveILP is the ILP solver Solve runs (a test replaces it with a slow one).
-var solveILP = SolveILP
+// solveLarge is the search Solve runs on problems the exact search does not take on (a test
+// replaces it with a slow one).
+var solveLarge = fillSearch
 
-// Solve plans with the ILP: its optimum by exact search where the search finishes within
-// exactNodeLimit choices, else by lp_solve; it falls back to the heuristic, with a warning,
-// when lp_solve is unavailable or finds no solution. The returned plan says which one it is.
+// Solve plans a stage. Problems of up to exactMaxWorkers workers whose exact search ends
+// within exactNodeLimit choices get the ILP's proved optimum (status optimal, method "exact
+// search"); any other problem gets the fill search's plan (fill.go: status near-optimal
+// within 1% of the lower bound, else best-found). Both are bounded by counts of steps, not by
+// time, so the plan does not depend on the machine's speed; the reported lower bound is
+// WorkBound, which holds for any split of the calls, so the gap is one the final plan really
+// has. lp_solve is not used (SolveILP remains, for comparison).
 //
-// The time limit (Problem.TimeLimit) holds to the millisecond: lp_solve counts whole seconds,
-// so under a limit that is not a whole number of seconds Solve stops waiting for the ILP when
-// the limit strikes and returns the heuristic's plan, with the work bound as its lower bound
-// and a note that says so. A solve that runs longer than a few seconds logs its progress; a
-// cancelled ctx stops the wait.
+// An identical problem solved earlier in the process (its items, curves, loads, fits,
+// preloads, per-worker costs, offsets, workers and time limit alike) is not solved again: Solve
+// returns a copy of that plan, marked Reused (see memo.go); concurrent calls for one problem
+// solve it once.
+//
+// Problem.TimeLimit is a safety net only: a search of realistic size ends in well under a
+// second, but if one has not ended when the limit strikes, Solve stops waiting and returns the
+// heuristic's plan with a note that says so and a warning in the log (a plan that then depends
+// on the machine, and is not kept for reuse). A solve that runs longer than a few seconds logs
+// its progress; a cancelled ctx stops it.
 func Solve(ctx context.Context, p Problem) (*Plan, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	start := time.Now()
+	key := memoKeyOf(&p)
+	if plan, leader := plans.claim(ctx, key); plan != nil {
+		plan.Reused = true
+		plan.SolveTime = time.Since(start)
+		slog.Debug("placement plan reused", "models", len(p.Items), "workers", p.Workers, "makespan", plan.Makespan)
+		return plan, nil
+	} else if leader {
+		var kept *Plan
+		defer func() { plans.release(key, kept) }()
+		plan, keep, err := solve(ctx, p, start)
+		if err != nil {
+			return nil, err
+		}
+		if keep {
+			kept = plan
+		}
+		return plan, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	plan, _, err := solve(ctx, p, start)
+	return plan, err
+}
+
+// solve is Solve without the memo; keep says whether the plan may be reused (it did not
+// come from the time limit's safety net).
+func solve(ctx context.Context, p Problem, start time.Time) (plan *Plan, keep bool, err error) {
 	limit := p.timeLimit()
 	type result struct {
 		plan *Plan
 		err  error
 	}
-	done := make(chan result, 1) // the ILP's goroutine never blocks, even when no one waits
-	ilp := solveILP
+	done := make(chan result, 1) // the search's goroutine never blocks, even when no one waits
+	large := solveLarge
 	go func() {
 		if plan, ok, err := solveExact(ctx, p); ok || err != nil {
 			done <- result{plan, err}
 			return
 		}
-		plan, err := ilp(ctx, p)
+		plan, err := large(ctx, p)
 		done <- result{plan, err}
 	}()
-	var cut <-chan time.Time
-	if limit%time.Second != 0 {
-		t := time.NewTimer(limit)
-		defer t.Stop()
-		cut = t.C
-	}
+	cut := time.NewTimer(limit)
+	defer cut.Stop()
 	tick := time.NewTicker(progressEvery)
 	defer tick.Stop()
 	for {
 		select {
 		case r := <-done:
-			return ilpOrHeuristic(p, r.plan, r.err, start), nil
-		case <-cut:
+			if r.err != nil && ctx.Err() != nil {
+				return nil, false, ctx.Err()
+			}
+			return searchOrHeuristic(p, r.plan, r.err, start), true, nil
+		case <-cut.C:
 			h := SolveHeuristic(p)
 			h.LowerBound = WorkBound(p)
 			h.Gap = gap(h.Makespan, h.LowerBound)
-			h.Note = fmt.Sprintf("the ILP had not finished within the %v time limit (lp_solve counts whole seconds): the heuristic's plan, with the work bound", limit)
+			h.Note = fmt.Sprintf("the search had not finished within the %v time limit: the heuristic's plan", limit)
+			slog.Warn("placement search stopped by its time limit; the plan now depends on the machine's speed",
+				"models", len(p.Items), "workers", p.Workers, "time_limit", limit)
 			h.SolveTime = time.Since(start)
-			return h, nil
+			return h, false, nil
 		case <-tick.C:
-			slog.Info("solving the placement ILP", "models", len(p.Items), "workers", p.Workers,
+			slog.Info("solving the placement problem", "models", len(p.Items), "workers", p.Workers,
 				"elapsed", time.Since(start).Round(time.Second), "time_limit", limit)
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		}
 	}
 }
 
-// ilpOrHeuristic is Solve's answer once the ILP returned: its plan (or the heuristic's where
-// that is better than an incumbent the time limit cut short), or the heuristic's when the ILP
-// failed.
-func ilpOrHeuristic(p Problem, plan *Plan, err error, start time.Time) *Plan {
+// searchOrHeuristic is Solve's answer once the search returned: its plan, or the heuristic's
+// (with the work bound and the reason) when the search failed.
+func searchOrHeuristic(p Problem, plan *Plan, err error, start time.Time) *Plan {
 	if err == nil {
-		if plan.Status == TimeLimit {
-			// The ILP's incumbent may be weak when the time limit struck: keep the better plan.
-			if h := SolveHeuristic(p); h.Makespan < plan.Makespan-1e-9 {
-				plan.Counts, plan.WorkerTime, plan.Makespan, plan.Method = h.Counts, h.WorkerTime, h.Makespan, h.Method
-				plan.Gap = gap(plan.Makespan, plan.LowerBound)
-				plan.Note = "the time limit struck; the heuristic's plan was better than the ILP's incumbent"
-			}
-			plan.SolveTime = time.Since(start)
-		}
 		return plan
 	}
-	slog.Warn("ILP solver unusable, planning with the heuristic", "reason", err)
+	slog.Warn("placement search failed, planning with the heuristic", "reason", err)
 	h := SolveHeuristic(p)
 	h.Note = err.Error()
-	if lb, lbErr := LowerBound(p); lbErr == nil {
-		h.LowerBound = lb
-		h.Gap = gap(h.Makespan, lb)
-	}
+	h.LowerBound = WorkBound(p)
+	h.Gap = gap(h.Makespan, h.LowerBound)
 	h.SolveTime = time.Since(start)
 	return h
+}
+
+// LowerBound returns WorkBound after checking the problem: a lower bound on the makespan of
+// any plan, splits even or not.
+func LowerBound(p Problem) (float64, error) {
+	if err := p.Validate(); err != nil {
+		return 0, err
+	}
+	return WorkBound(p), nil
 }
 
 func gap(makespan, lb float64) float64 {
@@ -546,83 +617,4 @@ func (p Problem) timeLimit() time.Duration {
 // timeLimitSeconds is the time limit as lp_solve takes it: whole seconds, rounded up.
 func (p Problem) timeLimitSeconds() int {
 	return max(1, int(math.Ceil(p.timeLimit().Seconds())))
-}
-
-// WorkBound is a lower bound on the makespan of any plan, splits even or not: for a makespan
-// C, a replica of model m can serve at most x_m(C) calls (the most with L_m + T_m(x) <= C), so
-// m needs at least r = ceil(n_m / x_m(C)) replicas and, T_m being concave, at least
-// r L_m + floor(n_m / x_m(C)) T_m(x_m(C)) + T_m(n_m mod x_m(C)) of work; the smallest C whose
-// total work fits on the workers (Σ_m work_m(C) + Σ_w o_w <= W C) bounds the makespan. Load
-// costs are taken at their cheapest worker, so preloads only weaken the bound; on a mixed
-// cluster T_m is the pointwise fastest of the workers' curves (concave too), so a replica's
-// work is never overstated wherever it runs.
-func WorkBound(p Problem) float64 {
-	offsets := 0.0
-	minOff := math.Inf(1)
-	for w := 0; w < p.Workers; w++ {
-		offsets += p.offset(w)
-		minOff = min(minOff, p.offset(w))
-	}
-	load := func(it Item) float64 {
-		l := math.Inf(1)
-		for w := 0; w < p.Workers; w++ {
-			if it.OnWorker == nil || it.allowed(w) {
-				l = min(l, it.loadOn(w))
-			}
-		}
-		return l
-	}
-	// fastest is the item's time to serve x calls on its fastest worker.
-	fastest := func(it Item, x int) float64 {
-		if it.OnWorker == nil {
-			return it.Curve.At(x)
-		}
-		t := math.Inf(1)
-		for w := 0; w < p.Workers; w++ {
-			if it.allowed(w) {
-				t = min(t, it.OnWorker[w].Curve.At(x))
-			}
-		}
-		return t
-	}
-	// feasible reports whether makespan c leaves room for every model's work.
-	feasible := func(c float64) bool {
-		total := offsets
-		for _, it := range p.Items {
-			L := load(it)
-			budget := c - minOff - L
-			if budget < fastest(it, 1) {
-				return false
-			}
-			// x_max: the most calls one replica serves within the budget (T is non-decreasing).
-			xmax := sort.Search(it.Calls, func(x int) bool { return fastest(it, x+1) > budget })
-			if xmax == 0 {
-				return false
-			}
-			r := (it.Calls + xmax - 1) / xmax
-			if r > it.replicas(p.Workers) {
-				return false
-			}
-			full := it.Calls / xmax
-			total += float64(r)*L + float64(full)*fastest(it, xmax) + fastest(it, it.Calls-full*xmax)
-		}
-		return total <= float64(p.Workers)*c+1e-9
-	}
-	hi := 1.0
-	for !feasible(hi) {
-		hi *= 2
-		if hi > 1e12 {
-			return 0
-		}
-	}
-	lo := 0.0
-	for i := 0; i < 60 && hi-lo > 1e-6*hi; i++ {
-		mid := (lo + hi) / 2
-		if feasible(mid) {
-			hi = mid
-		} else {
-			lo = mid
-		}
-	}
-	return lo
 }

@@ -140,9 +140,8 @@ func checkPlan(t *testing.T, p solver.Problem, plan *solver.Plan) {
 	assert.InDeltaSlice(t, p.Evaluate(plan.Counts), plan.WorkerTime, 1e-9)
 }
 
-// The heuristic stays within 1.5x of the LP bound (and is never better than the ILP).
+// The heuristic stays within 1.5x of the lower bound.
 func TestHeuristicWithinFactorOfBound(t *testing.T) {
-	requireILP(t) // the bound includes the LP relaxation
 	r := rand.New(rand.NewPCG(3, 4))
 	worst := 0.0
 	for i := 0; i < 40; i++ {
@@ -153,7 +152,7 @@ func TestHeuristicWithinFactorOfBound(t *testing.T) {
 		require.NoError(t, err)
 		worst = max(worst, h.Makespan/lb)
 	}
-	t.Logf("worst heuristic makespan / LP bound of the ILP over 40 random instances: %.3f", worst)
+	t.Logf("worst heuristic makespan / lower bound over 40 random instances: %.3f", worst)
 	assert.Less(t, worst, 1.5)
 }
 
@@ -176,19 +175,21 @@ func TestFitsAndPreloadRespected(t *testing.T) {
 	assert.Equal(t, 10, plan.Counts[1][1], "B stays where it is loaded")
 }
 
-// A time limit too short to prove optimality still yields a plan, either the ILP's incumbent
-// or the heuristic's, and says which.
-func TestTimeLimit(t *testing.T) {
+// A problem beyond the exact search (24 models on 12 workers) is planned by the fill search,
+// well within a one-second time limit, and the plan says how it was found and how far from
+// its bound it is.
+func TestLargeProblem(t *testing.T) {
 	r := rand.New(rand.NewPCG(9, 9))
 	p := randomProblem(r, 24, 12, 5000)
 	p.TimeLimit = time.Second
-	start := time.Now()
 	plan, err := solver.Solve(context.Background(), p)
 	require.NoError(t, err)
 	checkPlan(t, p, plan)
-	assert.Less(t, time.Since(start), 20*time.Second)
-	assert.Contains(t, []solver.Status{solver.Optimal, solver.TimeLimit, solver.Heuristic}, plan.Status)
-	t.Logf("status %s, makespan %.1f, bound %.1f, gap %.1f%%, %v", plan.Status, plan.Makespan, plan.LowerBound, 100*plan.Gap, plan.SolveTime)
+	assert.Equal(t, solver.MethodFill, plan.Method)
+	assert.Contains(t, []solver.Status{solver.NearOptimal, solver.BestFound}, plan.Status)
+	assert.Empty(t, plan.Note, "not the time limit's safety net")
+	assert.InDelta(t, solver.WorkBound(p), plan.LowerBound, 0)
+	t.Logf("status %s, makespan %.1f, bound %.1f, gap %.2f%%, %v", plan.Status, plan.Makespan, plan.LowerBound, 100*plan.Gap, plan.SolveTime)
 }
 
 func TestCurveAt(t *testing.T) {
