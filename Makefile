@@ -111,17 +111,20 @@ profile-tp: build
 
 # Every other GPU with measurements gets coefficients of its own, each fit holding rows out and
 # recording its error on them (mosaic catalog gpus shows it), the default left as it is: MI300X
-# and MI250 on Argonne's vLLM rows (every TP degree; lengths 256 and 1,024 held out), H100 and
+# and MI250 on Argonne's vLLM rows (every TP degree; lengths 256 and 1,024 held out; with the
+# eager-engine terms docs/calibration.md explains for vLLM 0.6.1 on ROCm), H100 and
 # H200 on forward passes (tools/measurements; the TP 8 shard held out; their engine overheads
 # stay the A100 vLLM fit's, which a bare forward pass does not measure). A100-80GB takes the
 # A100-40GB fit by design (like = "A100-40GB" in the profile).
 FORWARD := tools/measurements
 profile-gpus: build
 	./$(BIN) calibrate data --data $(ARGONNE) --framework vLLM --gpus 1,2,4,8 --gpu MI300X \
-		--fit --fit-also launch_floor_ms --holdout L=256,1024 --keep-default \
+		--fit --fit-also launch_floor_ms --fit-also attention_compute_efficiency --fit-also paged_attention_v1_factor \
+		--holdout L=256,1024 --keep-default \
 		--profile sim/catalog/profile.toml -o sim/catalog/profile.toml
 	./$(BIN) calibrate data --data $(ARGONNE) --framework vLLM --gpus 1,2,4 --gpu MI250-GCD \
-		--fit --fit-also launch_floor_ms --fit-also paged_attention_v1_factor --holdout L=256,1024 --keep-default \
+		--fit --fit-also launch_floor_ms --fit-also attention_compute_efficiency --fit-also paged_attention_v1_factor \
+		--holdout L=256,1024 --keep-default \
 		--profile sim/catalog/profile.toml -o sim/catalog/profile.toml
 	./$(BIN) calibrate forward --gpu H100-80GB --fit --holdout tp=8 \
 		$(FORWARD)/h100_llama-3-8b.csv $(FORWARD)/h100_llama-3-70b_tp4.csv $(FORWARD)/h100_llama-3-70b_tp8.csv \

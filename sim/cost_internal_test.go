@@ -63,6 +63,7 @@ func TestLayerLatency(t *testing.T) {
 		m, err := cat.Model(tc.model)
 		require.NoError(t, err)
 		plain := DefaultProfile().For(g)
+		plain.LayerLatencyUS = 0 // the built-in H200 fit has its own
 		with := plain
 		with.LayerLatencyUS = 25
 		a, err := NewCostModel(m, g, plain, WithTP(tc.tp))
@@ -90,6 +91,7 @@ func TestPagedAttentionV1Factor(t *testing.T) {
 	require.NoError(t, err)
 	for _, tc := range []struct{ tp, first int }{{1, 17}, {2, 33}, {4, 65}} {
 		plain := DefaultProfile().For(g)
+		plain.PagedAttentionV1Factor = 0 // the built-in MI300X fit has its own
 		v1 := plain
 		v1.PagedAttentionV1Factor = 3
 		a, err := NewCostModel(m, g, plain, WithTP(tc.tp))

@@ -98,7 +98,7 @@ func ExampleEngine() {
 			now.Round(100*time.Microsecond), it.Steps, it.Seqs, it.PrefillTokens, it.FirstToken, it.Finished)
 	}
 	// Output:
-	// t=13.3ms: 1 iteration(s) of 2 seqs, 600 prefill tokens, first token [1 2], finished []
-	// t=75.2ms: 9 iteration(s) of 2 seqs, 0 prefill tokens, first token [], finished [2]
-	// t=278.3ms: 30 iteration(s) of 1 seqs, 0 prefill tokens, first token [], finished [1]
+	// t=15.9ms: 1 iteration(s) of 2 seqs, 600 prefill tokens, first token [1 2], finished []
+	// t=79.1ms: 9 iteration(s) of 2 seqs, 0 prefill tokens, first token [], finished [2]
+	// t=286.8ms: 30 iteration(s) of 1 seqs, 0 prefill tokens, first token [], finished [1]
 }
