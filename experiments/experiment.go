@@ -52,6 +52,9 @@ type Experiment struct {
 	dir  string // directory of the file, for relative paths
 	// overrides are the keys set on the command line (--set, --sweep, --seed).
 	overrides map[string]bool
+	// share is what the points of a sweep share while they resolve (nil outside a sweep;
+	// see sweepshare.go).
+	share *resolveShare
 }
 
 // Cluster is the hardware: Workers identical workers of GPU (each a tensor-parallel group of

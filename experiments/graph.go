@@ -143,7 +143,7 @@ func (r *Resolved) resolveArrivals(m *GraphWorkload) error {
 		if col == "" {
 			col = "TIMESTAMP"
 		}
-		if a.Gaps, err = traces.ReadTimestamps(path, col); err != nil {
+		if a.Gaps, err = e.readTimestamps(path, col); err != nil {
 			return e.errorf("workload.arrival_trace", "%v", err)
 		}
 	}
@@ -167,7 +167,7 @@ func (r *Resolved) questions() (qs []traces.Question, prompt traces.LengthDist, 
 		if err != nil {
 			return nil, nil, err
 		}
-		qs, err := traces.ReadQuestions(path)
+		qs, err := e.readQuestions(path)
 		if err != nil {
 			return nil, nil, e.errorf("workload.questions", "%v", err)
 		}

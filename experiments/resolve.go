@@ -259,21 +259,12 @@ func (e *Experiment) resolveTP(key string, tp int, g *sim.GPU) (int, error) {
 // Resolve validates the experiment and binds it to the built-in catalog and profile, extended
 // by the files the experiment names.
 func (e *Experiment) Resolve() (*Resolved, error) {
-	r := &Resolved{Experiment: e, Catalog: sim.DefaultCatalog(), Profile: sim.DefaultProfile(), byName: map[string]*ResolvedModel{}}
+	r := &Resolved{Experiment: e, byName: map[string]*ResolvedModel{}}
 	if e.Name == "" {
 		return nil, e.errorf("name", "missing: every experiment needs a name")
 	}
-	if e.Cluster.Catalog != "" {
-		if err := r.Catalog.AddFile(e.path(e.Cluster.Catalog)); err != nil {
-			return nil, e.errorf("cluster.catalog", "%v", err)
-		}
-	}
-	if e.Cluster.Profile != "" {
-		p, err := sim.LoadProfile(e.path(e.Cluster.Profile), nil)
-		if err != nil {
-			return nil, e.errorf("cluster.profile", "%v", err)
-		}
-		r.Profile = p
+	if err := r.loadCatalogs(); err != nil {
+		return nil, err
 	}
 	if err := r.resolveCluster(); err != nil {
 		return nil, err
@@ -645,7 +636,7 @@ func (d *Dist) resolve(e *Experiment, key string) (traces.LengthDist, error) {
 		if err != nil {
 			return nil, err
 		}
-		values, err := traces.ReadColumn(path, d.Column)
+		values, err := e.readColumn(path, d.Column)
 		if err != nil {
 			return nil, e.errorf(key, "%v", err)
 		}

@@ -177,13 +177,141 @@ type SweepInfo struct {
 }
 
 // SweepLoader returns a fresh experiment (the file, with command-line overrides) for a point.
+// A Sweeper calls it once and gives each point a copy (Experiment.Clone).
 type SweepLoader func() (*Experiment, error)
+
+// Sweeper runs variants of one experiment: the points of a grid, a shard of it, or any list of
+// points. It loads the experiment once; each point resolves its own copy with its assignments
+// set, sharing what another point built from the same inputs (the data files, the catalogs,
+// the workload: see sweepshare.go), and runs as it would alone, so that its results are
+// byte-identical to a plain run of the same variant. Points that share a workload run
+// together, so that a sweep holds at most the workloads of the points running at once.
+type Sweeper struct {
+	base     *Experiment
+	files    *fileCache
+	catalogs *onceMap[catalogKey, catalogs]
+	// last is the share of the last pass (Check or a run), for Stats.
+	mu   sync.Mutex
+	last *resolveShare
+}
+
+// NewSweeper loads the experiment (load is called once).
+func NewSweeper(load SweepLoader) (*Sweeper, error) {
+	base, err := load()
+	if err != nil {
+		return nil, err
+	}
+	return &Sweeper{base: base, files: &fileCache{}, catalogs: &onceMap[catalogKey, catalogs]{}}, nil
+}
+
+// Variant returns point p's experiment: a copy of the loaded one with p's assignments set. The
+// error is Set's.
+func (sw *Sweeper) Variant(p Point) (*Experiment, error) {
+	e := sw.base.Clone()
+	for _, a := range p.Assign {
+		if err := e.Set(a); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// share starts a pass over points: the sweep's files and catalogs, and a workload cache of its
+// own, which expects the points' workloads. It returns the order to visit the points in:
+// grouped by workload (in the order of each group's first point), each group in point order.
+func (sw *Sweeper) share(pts []Point) (*resolveShare, []int) {
+	sh := &resolveShare{files: sw.files, catalogs: sw.catalogs, workloads: &workloadCache{}}
+	sw.mu.Lock()
+	sw.last = sh
+	sw.mu.Unlock()
+	var groups [][]int
+	at := map[workloadKey]int{}
+	for i, p := range pts {
+		e, err := sw.Variant(p)
+		if err != nil {
+			groups = append(groups, []int{i}) // fails when it runs, naming the point
+			continue
+		}
+		kind := lower(e.Workload.Kind)
+		k, ok := workloadKey{}, false
+		if kind == KindMoA || kind == KindLayered || kind == KindTree || kind == KindDAG {
+			k, ok = workloadKeyOf(e, kind)
+		}
+		if !ok {
+			groups = append(groups, []int{i})
+			continue
+		}
+		sh.workloads.expect(k)
+		if g, seen := at[k]; seen {
+			groups[g] = append(groups[g], i)
+			continue
+		}
+		at[k] = len(groups)
+		groups = append(groups, []int{i})
+	}
+	return sh, slices.Concat(groups...)
+}
+
+// point returns p's experiment resolving through sh.
+func (sw *Sweeper) point(p Point, sh *resolveShare) (*Experiment, error) {
+	e, err := sw.Variant(p)
+	if err != nil {
+		return nil, fmt.Errorf("sweep point %s: %w", p.Name, err)
+	}
+	e.share = sh
+	return e, nil
+}
+
+// Check resolves every point, one after another, and returns the first error (naming its
+// point), so that a grid with a point that cannot run fails before any runs. Each workload is
+// built once, and let go once its points are checked.
+func (sw *Sweeper) Check(pts []Point) error {
+	sh, order := sw.share(pts)
+	for _, i := range order {
+		e, err := sw.point(pts[i], sh)
+		if err != nil {
+			return err
+		}
+		if _, err := e.Resolve(); err != nil {
+			return fmt.Errorf("sweep point %s: %w", pts[i].Name, err)
+		}
+	}
+	return nil
+}
+
+// SweepStats says what the points of a pass shared.
+type SweepStats struct {
+	// Workloads is the number of workloads built to be shared; Reused the number of points
+	// that took one another point built.
+	Workloads, Reused int
+}
+
+// Stats returns what the points of the last pass (Check or a run) shared.
+func (sw *Sweeper) Stats() SweepStats {
+	sw.mu.Lock()
+	sh := sw.last
+	sw.mu.Unlock()
+	if sh == nil {
+		return SweepStats{}
+	}
+	built, reused := sh.workloads.counts()
+	return SweepStats{Workloads: built, Reused: reused}
+}
 
 // RunSweep simulates the points of the grid (a shard of it when n > 1), several at a time,
 // each into its own folder under dir, and writes dir/summary.csv with the swept keys as
 // columns and dir/sweep.json. info and host fill each point's run.json and host.json.
 // overrides are the command line's --seed and --set, recorded for merge's check.
 func RunSweep(ctx context.Context, load SweepLoader, s Sweep, shard, shards int, overrides []string, dir string, info RunInfo, host HostInfo, progress func(done, total int)) error {
+	sw, err := NewSweeper(load)
+	if err != nil {
+		return err
+	}
+	return sw.RunSweep(ctx, s, shard, shards, overrides, dir, info, host, progress)
+}
+
+// RunSweep is the package's RunSweep on the loaded experiment.
+func (sw *Sweeper) RunSweep(ctx context.Context, s Sweep, shard, shards int, overrides []string, dir string, info RunInfo, host HostInfo, progress func(done, total int)) error {
 	pts := s.Points()
 	if shards > 1 {
 		pts = Shard(pts, shard, shards)
@@ -191,20 +319,16 @@ func RunSweep(ctx context.Context, load SweepLoader, s Sweep, shard, shards int,
 	if len(pts) == 0 {
 		return errors.New("sweep: this shard has no points")
 	}
-	base, err := load()
-	if err != nil {
-		return err
-	}
 	d, err := results.Open(dir, "")
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	rows, err := runPoints(ctx, load, pts, dir, info, host, progress)
+	rows, err := sw.runPoints(ctx, pts, dir, info, host, progress)
 	if err != nil {
 		return err
 	}
-	si := SweepInfo{Experiment: base.Name, Sweep: s, Points: pts, Overrides: overrides}
+	si := SweepInfo{Experiment: sw.base.Name, Sweep: s, Points: pts, Overrides: overrides}
 	if shards > 1 {
 		si.Shard = fmt.Sprintf("%d/%d", shard, shards)
 	}
@@ -215,50 +339,61 @@ func RunSweep(ctx context.Context, load SweepLoader, s Sweep, shard, shards int,
 // dir (named by the point), and returns their summary rows in point order.
 // It holds dir's lock meanwhile, and each point's.
 func RunPoints(ctx context.Context, load SweepLoader, pts []Point, dir string, info RunInfo, host HostInfo, progress func(done, total int)) ([][]results.SummaryRow, error) {
+	sw, err := NewSweeper(load)
+	if err != nil {
+		return nil, err
+	}
+	return sw.RunPoints(ctx, pts, dir, info, host, progress)
+}
+
+// RunPoints is the package's RunPoints on the loaded experiment.
+func (sw *Sweeper) RunPoints(ctx context.Context, pts []Point, dir string, info RunInfo, host HostInfo, progress func(done, total int)) ([][]results.SummaryRow, error) {
 	d, err := results.Open(dir, "")
 	if err != nil {
 		return nil, err
 	}
 	defer d.Close()
-	return runPoints(ctx, load, pts, dir, info, host, progress)
+	return sw.runPoints(ctx, pts, dir, info, host, progress)
 }
 
-// runPoints is RunPoints under a lock its caller holds.
-func runPoints(ctx context.Context, load SweepLoader, pts []Point, dir string, info RunInfo, host HostInfo, progress func(done, total int)) ([][]results.SummaryRow, error) {
+// runPoints is RunPoints under a lock its caller holds: half as many points at a time as
+// there are cores (each runs its policies in parallel), those of one workload together.
+func (sw *Sweeper) runPoints(ctx context.Context, pts []Point, dir string, info RunInfo, host HostInfo, progress func(done, total int)) ([][]results.SummaryRow, error) {
+	sh, order := sw.share(pts)
 	rows := make([][]results.SummaryRow, len(pts))
 	errs := make([]error, len(pts))
-	sem := make(chan struct{}, max(1, runtime.GOMAXPROCS(0)/2))
+	next := make(chan int)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	done := 0
-	for i, p := range pts {
+	for range min(max(1, runtime.GOMAXPROCS(0)/2), len(pts)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			rows[i], errs[i] = runPoint(ctx, load, p, filepath.Join(dir, p.Name), info, host)
-			mu.Lock()
-			done++
-			if progress != nil {
-				progress(done, len(pts))
+			for i := range next {
+				p := pts[i]
+				rows[i], errs[i] = sw.runPoint(ctx, p, sh, filepath.Join(dir, p.Name), info, host)
+				mu.Lock()
+				done++
+				if progress != nil {
+					progress(done, len(pts))
+				}
+				mu.Unlock()
 			}
-			mu.Unlock()
 		}()
 	}
+	for _, i := range order {
+		next <- i
+	}
+	close(next)
 	wg.Wait()
 	return rows, errors.Join(errs...)
 }
 
-func runPoint(ctx context.Context, load SweepLoader, p Point, dir string, info RunInfo, host HostInfo) ([]results.SummaryRow, error) {
-	e, err := load()
+func (sw *Sweeper) runPoint(ctx context.Context, p Point, sh *resolveShare, dir string, info RunInfo, host HostInfo) ([]results.SummaryRow, error) {
+	e, err := sw.point(p, sh)
 	if err != nil {
 		return nil, err
-	}
-	for _, a := range p.Assign {
-		if err := e.Set(a); err != nil {
-			return nil, fmt.Errorf("sweep point %s: %w", p.Name, err)
-		}
 	}
 	r, err := e.Resolve()
 	if err != nil {

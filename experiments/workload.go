@@ -87,23 +87,28 @@ func (r *Resolved) resolveGraph(kind string) error {
 	if err := e.checkWorkloadNumbers(); err != nil {
 		return err
 	}
-	var err error
-	switch {
-	case kind == "moa" && w.Trace != "" && w.Answers != "":
-		return e.errorf("workload.answers", "give either a trace or an answer file, not both")
-	case kind == "moa" && w.Trace != "":
-		err = r.loadTrace(m)
-	case kind == "moa" && w.Answers != "":
-		err = r.importAnswers(m)
-	case kind == "moa":
-		err = r.genSpec(m)
-	default:
-		err = r.genGraph(kind, m)
+	// The workload and its arrivals: built here, or, for a point of a sweep, taken from
+	// another point that built it from the same inputs (buildWorkload).
+	build := func() error {
+		var err error
+		switch {
+		case kind == "moa" && w.Trace != "" && w.Answers != "":
+			return e.errorf("workload.answers", "give either a trace or an answer file, not both")
+		case kind == "moa" && w.Trace != "":
+			err = r.loadTrace(m)
+		case kind == "moa" && w.Answers != "":
+			err = r.importAnswers(m)
+		case kind == "moa":
+			err = r.genSpec(m)
+		default:
+			err = r.genGraph(kind, m)
+		}
+		if err != nil {
+			return err
+		}
+		return r.resolveArrivals(m)
 	}
-	if err != nil {
-		return err
-	}
-	if err := r.resolveArrivals(m); err != nil {
+	if err := r.buildWorkload(kind, m, build); err != nil {
 		return err
 	}
 	m.SLO = policies.SLO{E2E: e.SLO.E2E, TTFT: e.SLO.TTFT}
@@ -145,7 +150,7 @@ func (r *Resolved) importAnswers(m *GraphWorkload) error {
 	}
 	spec := traces.AnswerImport{Name: e.Name, Dataset: w.Dataset, Queries: w.Queries, PromptTokens: prompt,
 		TemplateTokens: w.TemplateTokens, Options: w.Votes.Options}
-	columns, err := traces.ListAnswerModels(path)
+	columns, err := e.listAnswerModels(path)
 	if err != nil {
 		return e.errorf("workload.answers", "%v", err)
 	}
@@ -170,7 +175,7 @@ func (r *Resolved) importAnswers(m *GraphWorkload) error {
 	if err := r.aggregatorSpec(&spec.Aggregator, m); err != nil {
 		return err
 	}
-	wl, err := traces.ImportAnswers(path, spec, uint64(e.Seed))
+	wl, err := e.importAnswers(path, spec, uint64(e.Seed))
 	if err != nil {
 		return e.errorf("workload.answers", "%v", err)
 	}
@@ -383,7 +388,7 @@ func (r *Resolved) loadTrace(m *GraphWorkload) error {
 	if err != nil {
 		return err
 	}
-	wl, err := traces.ReadJSONL(path)
+	wl, err := e.readJSONL(path)
 	if err != nil {
 		return e.errorf("workload.trace", "%v", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +33,7 @@ func runSim(args []string, stdout io.Writer) error {
 	shardFlag := fs.String("shard", "", "run shard i/n of the sweep grid (1 <= i <= n); merge shards with mosaic merge")
 	var only multiFlag
 	fs.Var(&only, "policy", "run only this policy of the experiment, by label (repeatable; speedups are then over the first one given)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof reads it)")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: mosaic sim [EXP.toml] [-o DIR] [--seed N] [--set key=value ...] [--sweep key=v1,v2,... ...] [--shard i/n]\n\nWithout a file it runs the built-in quick start.\n\n"+
 			"examples:\n  mosaic sim experiments/paper/gpqa.toml -o out --seed 2\n"+
@@ -41,6 +43,13 @@ func runSim(args []string, stdout io.Writer) error {
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
+	}
+	if *cpuProfile != "" && !parseOnly {
+		stop, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if len(sweeps) > 0 || *shardFlag != "" {
 		if len(only) > 0 {
@@ -128,24 +137,23 @@ func runSweep(pos []string, seed string, sets, sweeps []string, shardFlag, outDi
 			return fmt.Errorf("%w: %v", errUsage, err)
 		}
 	}
-	load := func() (*experiments.Experiment, error) { return loadExperiment(pos, seed, sets) }
-	// Check every point resolves before running any.
+	// The experiment is read once; each point resolves a copy of it, sharing with the other
+	// points the workloads and files they have in common (experiments.Sweeper).
+	sweeper, err := experiments.NewSweeper(func() (*experiments.Experiment, error) { return loadExperiment(pos, seed, sets) })
+	if err != nil {
+		return err
+	}
 	for _, p := range sw.Points() {
-		e, err := load()
-		if err != nil {
-			return err
-		}
-		for _, a := range p.Assign {
-			if err := e.Set(a); err != nil {
-				return fmt.Errorf("%w: --sweep point %s: %v", errUsage, p.Name, strings.TrimPrefix(err.Error(), "--set "))
-			}
+		if _, err := sweeper.Variant(p); err != nil {
+			return fmt.Errorf("%w: --sweep point %s: %v", errUsage, p.Name, strings.TrimPrefix(err.Error(), "--set "))
 		}
 		if parseOnly {
 			return nil
 		}
-		if _, err := e.Resolve(); err != nil {
-			return fmt.Errorf("sweep point %s: %w", p.Name, err)
-		}
+	}
+	// Check every point of the grid resolves before running any.
+	if err := sweeper.Check(sw.Points()); err != nil {
+		return err
 	}
 	start := time.Now()
 	host, _ := os.Hostname()
@@ -155,14 +163,15 @@ func runSweep(pos []string, seed string, sets, sweeps []string, shardFlag, outDi
 	if seed != "" {
 		overrides = append([]string{"seed=" + seed}, overrides...)
 	}
-	err = experiments.RunSweep(context.Background(), load, sw, shard, shards, overrides, outDir,
+	err = sweeper.RunSweep(context.Background(), sw, shard, shards, overrides, outDir,
 		experiments.RunInfo{Version: version, Commit: commit()},
 		experiments.HostInfo{Host: host, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Started: start.UTC().Format(time.RFC3339)},
 		func(done, n int) { slog.Info("sweep progress", "points_done", done, "points", n) })
 	if err != nil {
 		return err
 	}
-	slog.Info("sweep done", "wall", time.Since(start).Round(time.Millisecond))
+	st := sweeper.Stats()
+	slog.Info("sweep done", "wall", time.Since(start).Round(time.Millisecond), "workloads_built", st.Workloads, "points_reusing_one", st.Reused)
 	return printSweep(filepath.Join(outDir, "summary.csv"), stdout)
 }
 
@@ -277,6 +286,25 @@ func newProgress(start time.Time) experiments.Progress {
 		last[policy] = now
 		slog.Info("progress", "policy", policy, "calls_done", done, "calls_total", total)
 	}
+}
+
+// startCPUProfile starts writing a CPU profile to path; the returned function stops it and
+// closes the file.
+func startCPUProfile(path string) (func(), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			slog.Warn("writing the CPU profile", "file", path, "err", err)
+		}
+	}, nil
 }
 
 // commit is the VCS revision the binary was built from, if known.
