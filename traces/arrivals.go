@@ -134,9 +134,19 @@ func (c *arrivalClock) next(i int) (time.Duration, error) {
 	c.now += gap
 	t := time.Duration(math.Round(c.now*1e6)) * time.Microsecond
 	if t > MaxArrival {
-		return 0, fmt.Errorf("query %d would arrive at %v, later than %v: raise the rate", i, t, MaxArrival)
+		return 0, &LateArrivalError{Query: i, At: t}
 	}
 	return t, nil
+}
+
+// LateArrivalError says a query would arrive after MaxArrival.
+type LateArrivalError struct {
+	Query int
+	At    time.Duration
+}
+
+func (e *LateArrivalError) Error() string {
+	return fmt.Sprintf("query %d would arrive at %v, later than %v: raise the rate", e.Query, e.At, MaxArrival)
 }
 
 // gammaDraw draws Gamma(shape k, scale 1) by Marsaglia and Tsang's method (boosted by U^(1/k)

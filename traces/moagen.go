@@ -794,6 +794,25 @@ type builder struct {
 	// an aggregator); answers is scratch.
 	synth   *Synthesizer
 	answers []string
+	// The queries' calls, inputs and syntheses are carved from blocks (slab), a few
+	// allocations for many queries.
+	calls  []Call
+	inputs []Input
+	syns   []Synthesis
+}
+
+// slab is how many queries' worth of calls a block holds.
+const slab = 256
+
+// carve returns n elements of *block, with no room to append past them, allocating a block of
+// slab times n when it runs short.
+func carve[T any](block *[]T, n int) []T {
+	if len(*block) < n {
+		*block = make([]T, slab*n)
+	}
+	out := (*block)[:n:n]
+	*block = (*block)[n:]
+	return out
 }
 
 // newBuilder prepares the casting of the plan's queries: it fits the aggregator's answer
@@ -830,10 +849,10 @@ func (b *builder) query(q *Query, qi int, pq *planQuery, aggU [2]float64) error 
 	if agg.Model != "" {
 		n++
 	}
-	*q = Query{ID: qi, Dataset: pq.dataset, Category: pq.skill, Gold: pq.gold, Calls: make([]Call, k, n)}
+	*q = Query{ID: qi, Dataset: pq.dataset, Category: pq.skill, Gold: pq.gold, Calls: carve(&b.calls, n)[:k]}
 	var inputs []Input
 	if agg.Model != "" {
-		inputs = make([]Input, k)
+		inputs = carve(&b.inputs, k)
 	}
 	for j := range k {
 		e := &s.Experts[pq.experts[j]]
@@ -858,7 +877,8 @@ func (b *builder) query(q *Query, qi int, pq *planQuery, aggU [2]float64) error 
 		}
 	}
 	if agg.Model != "" {
-		syn := &Synthesis{By: b.synth, Gold: pq.gold, Wrong: pq.wrong, U: aggU}
+		syn := &carve(&b.syns, 1)[0]
+		*syn = Synthesis{By: b.synth, Gold: pq.gold, Wrong: pq.wrong, U: aggU}
 		if agg.Patterns != nil {
 			syn.Shift = p.votes.Difficulty * pq.z
 		}

@@ -25,6 +25,8 @@ type Stream struct {
 	draw          func(q *Query, qi int) error
 	clock         *arrivalClock
 	counts        func() (CallCounts, error)
+	// queries is a block the next queries are carved from.
+	queries []Query
 }
 
 // ErrNotStreamable says a workload cannot be drawn a query at a time.
@@ -179,7 +181,7 @@ func (s *Stream) Next() (*Query, error) {
 		return nil, io.EOF
 	}
 	qi := s.next
-	q := &Query{}
+	q := &carve(&s.queries, 1)[0]
 	if err := s.draw(q, qi); err != nil {
 		return nil, err
 	}
