@@ -52,7 +52,8 @@ func runSim(args []string, stdout io.Writer) error {
 	if err != nil || parseOnly {
 		return err
 	}
-	res, err := exp.Resolve()
+	// A generated workload served online streams through the simulation (experiments.Sim).
+	res, err := exp.ResolveSim()
 	if err != nil {
 		return err
 	}
@@ -70,7 +71,8 @@ func runSim(args []string, stdout io.Writer) error {
 		}
 		defer dir.Close()
 	}
-	slog.Info("simulating", "experiment", res.Name, "file", exp.File(), "cluster", res.ClusterString(), "workers", res.NumWorkers())
+	slog.Info("simulating", "experiment", res.Name, "file", exp.File(), "cluster", res.ClusterString(), "workers", res.NumWorkers(),
+		"streamed", res.Streamed())
 	if res.Batch != nil {
 		rep, err := res.RunBatch()
 		if err != nil {
@@ -85,7 +87,7 @@ func runSim(args []string, stdout io.Writer) error {
 		slog.Info("done", "wall", time.Since(start).Round(time.Millisecond))
 		return rep.Write(stdout)
 	}
-	run, err := res.Simulate(context.Background(), newProgress(start))
+	run, err := res.Run(context.Background(), newProgress(start), dir)
 	if err != nil {
 		return err
 	}
