@@ -176,13 +176,13 @@ func (s *Sim) streamPolicy(ctx context.Context, i int, p ResolvedPolicy, files *
 	if progress != nil {
 		d.Progress = func(done, total int) { progress(p.Label, done, total) }
 	}
-	sink := &rowSink{policy: p.Label, slo: r.Graph.SLO}
+	sink := &rowSink{}
 	if files != nil {
 		var ws []*results.Section[results.WorkerRow]
 		for w := range r.NumWorkers() {
 			ws = append(ws, files.workers.Section(i*r.NumWorkers()+w))
 		}
-		sink.w = newRowWriter(files.calls.Section(i), files.queries.Section(i), ws)
+		sink.w = newRowWriter(p.Label, r.Graph.SLO, files.calls.Section(i), files.queries.Section(i), ws)
 	}
 	d.Stream(sink, r.Graph.SLO)
 	res, err := d.Run(ctx)
@@ -243,20 +243,26 @@ func (f *streamFiles) abort() {
 	f.workers.Abort()
 }
 
-// rowSink turns a policy's streamed records into the rows of its sections, in batches that
-// a writer formats and writes on its own goroutine (none without a results folder).
+// rowSink hands a policy's streamed records, in batches, to a writer that turns them into
+// the rows of its sections on its own goroutine (none without a results folder).
 type rowSink struct {
-	policy string
-	slo    policies.SLO
-	w      *rowWriter
-	b      *rowBatch
+	w *rowWriter
+	b *rowBatch
 }
 
-// rowBatch is rows on their way to the writer.
+// rowBatch is records on their way to the writer. A record's call and query stay as they
+// are once the Driver lets them go, so the writer may read them later.
 type rowBatch struct {
-	calls     []results.CallRow
-	queries   []results.QueryRow
-	intervals []results.WorkerRow
+	calls     []policies.CallRecord
+	queries   []queryRecord
+	intervals []policies.Interval
+}
+
+// queryRecord is how a query ended and how many of its calls ran.
+type queryRecord struct {
+	q     *traces.Query
+	o     policies.QueryOutcome
+	calls int
 }
 
 // batchRows is how many call rows make a batch.
@@ -268,10 +274,8 @@ func (s *rowSink) Query(q *traces.Query, o policies.QueryOutcome, calls []polici
 		return nil
 	}
 	b := s.batch()
-	for _, c := range calls {
-		b.calls = append(b.calls, CallRow(s.policy, c))
-	}
-	b.queries = append(b.queries, queryRow(s.policy, q, o, len(calls), s.slo))
+	b.calls = append(b.calls, calls...)
+	b.queries = append(b.queries, queryRecord{q: q, o: o, calls: len(calls)})
 	return s.send(false)
 }
 
@@ -281,7 +285,7 @@ func (s *rowSink) Interval(iv policies.Interval) error {
 		return nil
 	}
 	b := s.batch()
-	b.intervals = append(b.intervals, workerRow(s.policy, iv))
+	b.intervals = append(b.intervals, iv)
 	return s.send(false)
 }
 
@@ -315,8 +319,11 @@ func (s *rowSink) close() error {
 	return err
 }
 
-// rowWriter writes batches of rows into a policy's sections on its own goroutine.
+// rowWriter writes batches of a policy's records as rows of its sections on its own
+// goroutine.
 type rowWriter struct {
+	policy    string
+	slo       policies.SLO
 	calls     *results.Section[results.CallRow]
 	queries   *results.Section[results.QueryRow]
 	intervals []*results.Section[results.WorkerRow]
@@ -325,8 +332,9 @@ type rowWriter struct {
 	done      chan error
 }
 
-func newRowWriter(calls *results.Section[results.CallRow], queries *results.Section[results.QueryRow], intervals []*results.Section[results.WorkerRow]) *rowWriter {
-	w := &rowWriter{calls: calls, queries: queries, intervals: intervals,
+func newRowWriter(policy string, slo policies.SLO, calls *results.Section[results.CallRow], queries *results.Section[results.QueryRow],
+	intervals []*results.Section[results.WorkerRow]) *rowWriter {
+	w := &rowWriter{policy: policy, slo: slo, calls: calls, queries: queries, intervals: intervals,
 		full: make(chan *rowBatch, 4), empty: make(chan *rowBatch, 8), done: make(chan error, 1)}
 	go w.run()
 	return w
@@ -339,6 +347,8 @@ func (w *rowWriter) run() {
 		if err == nil {
 			err = w.write(b)
 		}
+		clear(b.calls)
+		clear(b.queries)
 		b.calls, b.queries, b.intervals = b.calls[:0], b.queries[:0], b.intervals[:0]
 		select {
 		case w.empty <- b:
@@ -350,18 +360,18 @@ func (w *rowWriter) run() {
 
 // write writes a batch's rows.
 func (w *rowWriter) write(b *rowBatch) error {
-	for _, r := range b.calls {
-		if err := w.calls.Add(r); err != nil {
+	for _, c := range b.calls {
+		if err := w.calls.Add(CallRow(w.policy, c)); err != nil {
 			return err
 		}
 	}
 	for _, r := range b.queries {
-		if err := w.queries.Add(r); err != nil {
+		if err := w.queries.Add(queryRow(w.policy, r.q, r.o, r.calls, w.slo)); err != nil {
 			return err
 		}
 	}
-	for _, r := range b.intervals {
-		if err := w.intervals[r.Worker].Add(r); err != nil {
+	for _, iv := range b.intervals {
+		if err := w.intervals[iv.Worker].Add(workerRow(w.policy, iv)); err != nil {
 			return err
 		}
 	}

@@ -334,6 +334,7 @@ func (d *Driver) add(q *traces.Query) error {
 	if q.ID != qi {
 		return fmt.Errorf("query %d has id %d: query ids run 0, 1, 2, ... in order", qi, q.ID)
 	}
+	fill := append(d.fill[:0], make([]int, len(q.Calls)+1)...)
 	for i := range q.Calls {
 		c := &q.Calls[i]
 		if c.ID != id+i || c.Query != qi || c.Node != i {
@@ -342,23 +343,21 @@ func (d *Driver) add(q *traces.Query) error {
 		if c.Layer >= d.layers {
 			return fmt.Errorf("call %d (query %d, %s) is in layer %d, deeper than the workload's %d layers", c.ID, qi, c.Label(), c.Layer, d.layers)
 		}
+		fill[i] = len(d.models)
 		if !c.IsTool() {
-			if _, ok := d.byName[c.Model]; !ok {
+			var ok bool
+			if fill[i], ok = d.byName[c.Model]; !ok {
 				return fmt.Errorf("call %d (query %d, %s) uses model %q, which the experiment does not list", c.ID, qi, c.Label(), c.Model)
 			}
 		}
 	}
 	for i := range q.Calls {
 		c := &q.Calls[i]
-		mi := len(d.models)
-		if !c.IsTool() {
-			mi = d.byName[c.Model]
-		}
-		*d.calls.push() = callState{call: c, waiting: int32(len(c.Inputs)), worker: -1, model: int16(mi)}
+		*d.calls.push() = callState{call: c, waiting: int32(len(c.Inputs)), worker: -1, model: int16(fill[i])}
 	}
 	// Who reads each call (CSR: count, then fill), as offsets from the call's ID.
 	start := d.child.end()
-	fill := append(d.fill[:0], make([]int, len(q.Calls)+1)...)
+	clear(fill)
 	for i := range q.Calls {
 		for _, in := range q.Calls[i].Inputs {
 			fill[in.From+1]++

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/mosaic-sched/mosaic/traces"
@@ -108,7 +107,13 @@ type Sink interface {
 // submitted call after intervals went out fails.
 func (d *Driver) Stream(sink Sink, slo SLO) {
 	d.out = &streamOut{sink: sink, tally: NewTally(d.workers, slo), lines: make([]timeline, d.workers),
-		submits: make([][]submission, d.workers)}
+		submits: make([]fifo[submission], d.workers)}
+	for _, m := range d.models {
+		d.out.models = append(d.out.models, m.Name)
+	}
+	// Every query's latencies are kept (for their exact percentiles): room for all at once.
+	t := d.out.tally
+	t.lat, t.ttft, t.queue = make([]time.Duration, 0, d.nq), make([]time.Duration, 0, d.nq), make([]time.Duration, 0, d.nq)
 	for w := range d.out.lines {
 		d.out.lines[w].w = WorkerID(w)
 	}
@@ -122,8 +127,8 @@ type streamOut struct {
 	// lines build the workers' intervals; submits are the calls submitted to each worker in
 	// submission order (those still in flight bound what is final).
 	lines   []timeline
-	submits [][]submission
-	// models numbers the models of the intervals' edges.
+	submits []fifo[submission]
+	// models names the models of the intervals' edges, by index (Driver.models's).
 	models []string
 	// hold keeps every interval until the end of the run (cancelled calls may have started
 	// at 0); sent says intervals went out.
@@ -243,7 +248,7 @@ func (d *Driver) workloadAnswer(qs *queryState) string {
 // it).
 func (d *Driver) submitted(w WorkerID, id int, now time.Duration) {
 	if d.out != nil && !d.out.hold {
-		d.out.submits[w] = append(d.out.submits[w], submission{at: now, id: id})
+		d.out.submits[w].push(submission{at: now, id: id})
 	}
 }
 
@@ -270,12 +275,7 @@ func (d *Driver) traced(id int) error {
 		return nil
 	}
 	tl := &out.lines[cs.worker]
-	m := slices.Index(out.models, cs.call.Model)
-	if m < 0 {
-		m = len(out.models)
-		out.models = append(out.models, cs.call.Model)
-	}
-	tl.add(cs.timing.Started, cs.timing.End, int32(m))
+	tl.add(cs.timing.Started, cs.timing.End, int32(cs.model))
 	if out.hold || len(tl.edges) < tl.due {
 		return nil
 	}
@@ -291,23 +291,17 @@ func (d *Driver) bound(w WorkerID) time.Duration {
 	for _, at := range d.ws[w].loading {
 		b = min(b, at)
 	}
-	subs := d.out.submits[w]
-	for len(subs) > 0 {
-		id := subs[0].id
-		if d.inWindow(id) {
-			if st := d.cs(id).status; st == callSubmitted || st == callCancelling || d.cs(id).aborting {
+	subs := &d.out.submits[w]
+	for subs.base < subs.end() {
+		s := subs.at(subs.base)
+		if d.inWindow(s.id) {
+			if cs := d.cs(s.id); cs.status == callSubmitted || cs.status == callCancelling || cs.aborting {
+				b = min(b, s.at)
 				break
 			}
 		}
-		subs = subs[1:]
+		subs.drop(subs.base + 1)
 	}
-	if len(subs) > 0 {
-		b = min(b, subs[0].at)
-	}
-	if len(subs) < cap(subs)/2 {
-		subs = slices.Clone(subs) // let the submissions gone be collected
-	}
-	d.out.submits[w] = subs
 	return b
 }
 

@@ -98,9 +98,10 @@ type Policy struct {
 	// holds a worker only while its inputs are in flight, never while they wait for a worker.
 	held   map[int][]policies.CallRef
 	unsent sparse.Slice[int32] // by query ID
-	// waiting is scratch of swaps, open of dispatch.
+	// waiting is scratch of swaps, open of dispatch, acts of OnEvent.
 	waiting []*model
 	open    []*worker
+	acts    []policies.Action
 }
 
 // model is one model's queue of ready calls and what the policy knows of it, cached at Start.
@@ -512,7 +513,9 @@ func (p *Policy) push(c policies.CallRef) {
 
 // OnEvent implements policies.Policy.
 func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
-	var acts []policies.Action
+	// The actions go out in a buffer of the policy's: the Driver has carried out the last
+	// event's before it sends the next.
+	acts := p.acts[:0]
 	switch e.Kind {
 	case policies.EventReleased:
 		p.enqueue(e.Calls)
@@ -553,7 +556,9 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 		acts = append(acts, p.maybeReplan(v)...)
 	}
 	acts = append(acts, p.swaps(v)...)
-	return p.dispatch(acts, v)
+	acts = p.dispatch(acts, v)
+	p.acts = acts
+	return acts
 }
 
 // dispatch hands queued calls to the workers that serve their model and have room, each to
