@@ -29,6 +29,8 @@ import (
 
 // Sim is an experiment resolved for `mosaic sim`: a streamable workload (see above) is left to
 // the generator, and Run draws it as it goes; any other is resolved whole, as Resolve does.
+// A streamed workload's Graph.Workload holds its first query only (the workload cut to one
+// query: its shape, layers and calls per query, as every query has them).
 type Sim struct {
 	*Resolved
 	// stream draws a fresh copy of the streamed workload (nil: the workload is held).
@@ -44,17 +46,14 @@ type Sim struct {
 // fails the run when it is drawn, with Resolve's error).
 func (e *Experiment) ResolveSim() (*Sim, error) {
 	if !e.mayStream() {
-		r, err := e.Resolve()
-		if err != nil {
-			return nil, err
-		}
-		return &Sim{Resolved: r}, nil
+		return e.resolveHeld()
 	}
 	cut := *e
 	cut.Workload.Queries = 1
 	r, err := cut.Resolve()
 	if err != nil {
-		return nil, err
+		// Resolving the whole workload says what is wrong (or that nothing is).
+		return e.resolveHeld()
 	}
 	r.Experiment = e
 	g := r.Graph
@@ -76,16 +75,21 @@ func (e *Experiment) ResolveSim() (*Sim, error) {
 		first, err = open()
 	}
 	if open == nil || errors.Is(err, traces.ErrNotStreamable) {
-		// Held after all: resolve the whole workload.
-		if r, err = e.Resolve(); err != nil {
-			return nil, err
-		}
-		return &Sim{Resolved: r}, nil
+		return e.resolveHeld() // held after all
 	}
 	if err != nil {
 		return nil, r.errorf("workload", "%v", err)
 	}
 	return &Sim{Resolved: r, stream: open, queries: first.Len()}, nil
+}
+
+// resolveHeld resolves the whole workload, as Resolve does.
+func (e *Experiment) resolveHeld() (*Sim, error) {
+	r, err := e.Resolve()
+	if err != nil {
+		return nil, err
+	}
+	return &Sim{Resolved: r}, nil
 }
 
 // mayStream reports whether the experiment's workload may be streamed: generated call graphs
@@ -139,11 +143,13 @@ func (s *Sim) Run(ctx context.Context, progress Progress, dir *results.Dir) (*Ru
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		if files != nil {
-			files.abort()
+	for _, err := range errs {
+		if err != nil {
+			if files != nil {
+				files.abort()
+			}
+			return nil, err
 		}
-		return nil, err
 	}
 	if files != nil {
 		if err := files.commit(); err != nil {
@@ -167,7 +173,9 @@ func (s *Sim) streamPolicy(ctx context.Context, i int, p ResolvedPolicy, files *
 		return nil, nil, err
 	}
 	pol := p.New()
-	d, err := policies.NewStreamDriver(cl, pol, p.Rule, &checkedStream{Stream: st, r: r, limits: r.lengthLimits()}, r.ModelInfos(), r.NumWorkers())
+	src := newPrefetch(&checkedStream{Stream: st, r: r, limits: r.lengthLimits()})
+	defer src.stop()
+	d, err := policies.NewStreamDriver(cl, pol, p.Rule, src, r.ModelInfos(), r.NumWorkers())
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", p.Label, err)
 	}
@@ -452,3 +460,94 @@ func (r *Resolved) lengthLimits() map[string]int {
 	}
 	return out
 }
+
+// prefetch draws a stream's queries ahead, in batches, on a goroutine of its own, so that the
+// simulation's goroutine does not wait for the generator (the queries are the same, in the
+// same order: one goroutine draws them all).
+type prefetch struct {
+	src    *checkedStream
+	counts traces.CallCounts
+	cerr   error
+	full   chan prefetched
+	empty  chan []*traces.Query
+	done   chan struct{}
+	// batch is the batch being read, cur what is left of it; err ends the stream after it.
+	batch, cur []*traces.Query
+	err        error
+}
+
+// prefetched is a batch of queries, and the error that ended the stream after them (io.EOF
+// at its end).
+type prefetched struct {
+	queries []*traces.Query
+	err     error
+}
+
+// prefetchBatch is how many queries a batch holds.
+const prefetchBatch = 256
+
+// newPrefetch counts src's calls, then starts drawing its queries ahead.
+func newPrefetch(src *checkedStream) *prefetch {
+	p := &prefetch{src: src, full: make(chan prefetched, 4), empty: make(chan []*traces.Query, 6), done: make(chan struct{})}
+	p.counts, p.cerr = src.Counts()
+	go p.run()
+	return p
+}
+
+// run draws batches until the stream ends or stop is called.
+func (p *prefetch) run() {
+	for {
+		var b []*traces.Query
+		select {
+		case b = <-p.empty:
+		default:
+			b = make([]*traces.Query, 0, prefetchBatch)
+		}
+		var err error
+		for len(b) < prefetchBatch {
+			var q *traces.Query
+			if q, err = p.src.Next(); err != nil {
+				break
+			}
+			b = append(b, q)
+		}
+		select {
+		case p.full <- prefetched{queries: b, err: err}:
+		case <-p.done:
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// Len implements policies.QuerySource.
+func (p *prefetch) Len() int { return p.src.Len() }
+
+// Counts implements policies.QuerySource.
+func (p *prefetch) Counts() (traces.CallCounts, error) { return p.counts, p.cerr }
+
+// Next implements policies.QuerySource.
+func (p *prefetch) Next() (*traces.Query, error) {
+	for len(p.cur) == 0 {
+		if p.err != nil {
+			return nil, p.err
+		}
+		if p.batch != nil {
+			select {
+			case p.empty <- p.batch[:0]: // read to its end: the drawing goroutine may refill it
+			default:
+			}
+		}
+		b := <-p.full
+		p.batch, p.cur, p.err = b.queries, b.queries, b.err
+	}
+	q := p.cur[0]
+	p.cur[0] = nil
+	p.cur = p.cur[1:]
+	return q, nil
+}
+
+// stop ends the drawing (the Driver has read what it needs, or gave up).
+func (p *prefetch) stop() { close(p.done) }
