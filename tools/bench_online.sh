@@ -23,27 +23,28 @@ fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-28s %10s %4s %9s %13s\n' binary queries run wall_s peak_rss_MiB
+printf '%-28s %10s %4s %9s %9s %13s\n' binary queries run wall_s cpu_s peak_rss_MiB
 rows=()
 for q in $QUERIES; do
 	for r in $(seq "$REPEAT"); do
 		for b in "${bins[@]}"; do
 			rm -rf "$out/run"
-			/usr/bin/time -f '%e %M' -o "$out/time" "$b" sim experiments/examples/online-moa.toml \
+			/usr/bin/time -f '%e %U %S %M' -o "$out/time" "$b" sim experiments/examples/online-moa.toml \
 				--set workload.queries="$q" --set workload.arrival_rate="$RATE" --policy online -o "$out/run" \
 				>/dev/null 2>"$out/log" || { cat "$out/log" >&2; exit 1; }
-			read -r wall rss <"$out/time"
+			read -r wall user sys rss <"$out/time"
+			cpu=$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')
 			mib=$((rss / 1024))
-			printf '%-28s %10s %4s %9s %13s\n' "$b" "$q" "$r" "$wall" "$mib"
-			rows+=("$b $q $wall $mib")
+			printf '%-28s %10s %4s %9s %9s %13s\n' "$b" "$q" "$r" "$wall" "$cpu" "$mib"
+			rows+=("$b $q $wall $cpu $mib")
 		done
 	done
 done
 echo "medians:"
 for q in $QUERIES; do
 	for b in "${bins[@]}"; do
-		printf '%s\n' "${rows[@]}" | awk -v b="$b" -v q="$q" '$1 == b && $2 == q { print $3, $4 }' |
-			sort -n | awk -v b="$b" -v q="$q" '{ w[NR] = $1; m[NR] = $2 } END {
-				i = int((NR + 1) / 2); printf "%-28s %10s      %9s %13s\n", b, q, w[i], m[i] }'
+		printf '%s\n' "${rows[@]}" | awk -v b="$b" -v q="$q" '$1 == b && $2 == q { print $3, $4, $5 }' |
+			sort -n | awk -v b="$b" -v q="$q" '{ w[NR] = $1; c[NR] = $2; m[NR] = $3 } END {
+				i = int((NR + 1) / 2); printf "%-28s %10s      %9s %9s %13s\n", b, q, w[i], c[i], m[i] }'
 	done
 done
