@@ -13,7 +13,7 @@ VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 COMMIT    := $(shell git rev-parse HEAD 2>/dev/null)
 BIN       := bin/mosaic
 
-.PHONY: all deps node-deps ollama build run test bench fuzz lint profile profile-tp profile-gpus paper sensitivity clean
+.PHONY: all deps node-deps ollama build run test bench bench-online fuzz lint profile profile-tp profile-gpus paper sensitivity clean
 
 all: build
 
@@ -75,6 +75,12 @@ test: deps node-deps ollama
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 3x ./...
+
+# The whole-process figure of a large online run (docs/performance.md): wall time and peak
+# resident memory of `mosaic sim` on the online MoA example, QUERIES queries each (default
+# 100,000 and 1,000,000; QUERIES="100000 1000000 10000000" REPEAT=3 for the documented set).
+bench-online: build
+	tools/bench_online.sh $(BIN)
 
 # Fuzz the command line (every command stops once its input is parsed and checked), the
 # experiment-file reader and the workload-file reader, FUZZTIME each (executions or a duration).

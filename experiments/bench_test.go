@@ -3,7 +3,11 @@ package experiments_test
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"runtime/metrics"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -77,4 +81,79 @@ func BenchmarkGenerate(b *testing.B) {
 			}
 		})
 	}
+}
+
+// 100,000 online MoA queries (0.5 query/s, the online policy) simulated held (the whole
+// workload generated, every record kept: Resolve, Simulate) and streamed (ResolveSim, Sim.Run:
+// generated as simulated time advances, records folded and let go), workload generation
+// included, results files not written. Besides time and allocations, it reports the largest
+// live heap seen during a run (sampled every 10 ms) and the heap still live after it.
+func BenchmarkOnlineStream(b *testing.B) {
+	for _, mode := range []string{"held", "streamed"} {
+		b.Run(mode, func(b *testing.B) {
+			var peak, after uint64
+			for b.Loop() {
+				e, err := experiments.Load("examples/online-moa.toml")
+				require.NoError(b, err)
+				for _, s := range []string{"workload.queries=100000", "workload.arrival_rate=0.5"} {
+					require.NoError(b, e.Set(s))
+				}
+				runtime.GC()
+				stop := sampleHeap(&peak)
+				var run *experiments.Run
+				if mode == "held" {
+					r, err := e.Resolve()
+					require.NoError(b, err)
+					require.NoError(b, r.SelectPolicies([]string{"online"}))
+					run, err = r.Simulate(context.Background(), nil)
+					require.NoError(b, err)
+				} else {
+					s, err := e.ResolveSim()
+					require.NoError(b, err)
+					require.True(b, s.Streamed())
+					require.NoError(b, s.SelectPolicies([]string{"online"}))
+					run, err = s.Run(context.Background(), nil, nil)
+					require.NoError(b, err)
+				}
+				stop()
+				require.Equal(b, 100000, run.Summaries[0].Queries)
+				runtime.GC()
+				after = max(after, liveHeap())
+				runtime.KeepAlive(run)
+			}
+			b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MB")
+			b.ReportMetric(float64(after)/(1<<20), "live-after-MB")
+		})
+	}
+}
+
+// sampleHeap records the largest live heap into peak every 10 ms until stop is called.
+func sampleHeap(peak *uint64) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			*peak = max(*peak, liveHeap())
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+// liveHeap is the heap's objects, live and not yet collected, in bytes.
+func liveHeap() uint64 {
+	s := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
 }

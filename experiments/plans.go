@@ -70,6 +70,7 @@ func (run *Run) PlanChecks() []StageCheck {
 			continue
 		}
 		res := run.Results[i]
+		ends := res.StageEnds()
 		for _, sp := range pl.Plans() {
 			if sp == nil || sp.Plan == nil || len(sp.Plan.WorkerTime) == 0 {
 				continue
@@ -78,9 +79,9 @@ func (run *Run) PlanChecks() []StageCheck {
 			for w, t := range sp.Plan.WorkerTime {
 				c.Predicted[w] = sp.Start.Seconds() + t
 			}
-			for _, call := range res.Calls {
-				if call.Call.Layer == sp.Layer && call.Worker >= 0 {
-					c.Measured[call.Worker] = max(c.Measured[call.Worker], call.Timing.End.Seconds())
+			if sp.Layer >= 0 && sp.Layer < len(ends) {
+				for w, end := range ends[sp.Layer] {
+					c.Measured[w] = end.Seconds()
 				}
 			}
 			out = append(out, c)

@@ -39,6 +39,18 @@ type Run struct {
 	// measured and Hardware the cluster they stand for.
 	Replayed         []PolicyReplay
 	Engine, Hardware string
+	// queries is the workload's number of queries; written says calls.csv, queries.csv and
+	// workers.csv went into the results folder as the run went (a streamed run: Sim.Run).
+	queries int
+	written bool
+}
+
+// Queries is the number of queries of the workload the policies ran.
+func (run *Run) Queries() int {
+	if run.queries > 0 {
+		return run.queries
+	}
+	return len(run.Experiment.Graph.Workload.Queries)
 }
 
 // Progress reports a policy's progress: calls done of the total known so far.
@@ -180,9 +192,7 @@ func summaryRow(experiment, mode string, seed uint64, slo policies.SLO, res *pol
 	if slo.Set() {
 		row.SLOAttainment, row.RequestGoodput = res.Attainment(slo)
 	}
-	for _, c := range res.Calls {
-		row.Retries += max(0, c.Attempts-1)
-	}
+	row.Retries = s.Retries
 	if s.FailedCalls > 0 {
 		// Its figures describe a part of the workload: none is a result.
 		row.Status = results.StatusFailed
@@ -232,24 +242,29 @@ func queryRowSeq(wl *traces.Workload, slo policies.SLO, measured []*policies.Res
 				calls[c.Call.Query]++
 			}
 			for qi, q := range res.Queries {
-				wq := &wl.Queries[qi]
-				row := results.QueryRow{Policy: res.Policy, Query: qi, Dataset: wq.Dataset, Category: wq.Category,
-					ArrivalS: q.Arrival.Seconds(), FirstTokenS: q.FirstToken.Seconds(), EndS: q.End.Seconds(),
-					LatencyS: q.Latency().Seconds(), TTFTS: q.TTFT().Seconds(), QueueS: q.Queue.Seconds(),
-					Calls: calls[qi], SkippedCalls: q.SkippedCalls, FinalSkipped: q.Skipped, Answer: q.Final, Gold: q.Gold,
-					Correct: -1, SLOMet: -1}
-				if q.Gold != "" {
-					row.Correct = b2i(q.Final == q.Gold)
-				}
-				if slo.Set() {
-					row.SLOMet = b2i(slo.Met(q))
-				}
-				if !yield(row) {
+				if !yield(queryRow(res.Policy, &wl.Queries[qi], q, calls[qi], slo)) {
 					return
 				}
 			}
 		}
 	}
+}
+
+// queryRow is the queries.csv row of query wq under a policy: how it ended, o, with calls of
+// its calls run.
+func queryRow(policy string, wq *traces.Query, q policies.QueryOutcome, calls int, slo policies.SLO) results.QueryRow {
+	row := results.QueryRow{Policy: policy, Query: wq.ID, Dataset: wq.Dataset, Category: wq.Category,
+		ArrivalS: q.Arrival.Seconds(), FirstTokenS: q.FirstToken.Seconds(), EndS: q.End.Seconds(),
+		LatencyS: q.Latency().Seconds(), TTFTS: q.TTFT().Seconds(), QueueS: q.Queue.Seconds(),
+		Calls: calls, SkippedCalls: q.SkippedCalls, FinalSkipped: q.Skipped, Answer: q.Final, Gold: q.Gold,
+		Correct: -1, SLOMet: -1}
+	if q.Gold != "" {
+		row.Correct = b2i(q.Final == q.Gold)
+	}
+	if slo.Set() {
+		row.SLOMet = b2i(slo.Met(q))
+	}
+	return row
 }
 
 func b2i(b bool) int {
@@ -264,11 +279,16 @@ func WorkerRows(measured []*policies.Result) []results.WorkerRow {
 	var rows []results.WorkerRow
 	for _, res := range measured {
 		for _, iv := range res.WorkerIntervals() {
-			rows = append(rows, results.WorkerRow{Policy: res.Policy, Worker: int(iv.Worker), Kind: iv.Kind, Model: iv.Model,
-				StartS: iv.Start.Seconds(), EndS: iv.End.Seconds(), MeanBatch: iv.MeanBatch})
+			rows = append(rows, workerRow(res.Policy, iv))
 		}
 	}
 	return rows
+}
+
+// workerRow is the workers.csv row of an interval of a policy's run.
+func workerRow(policy string, iv policies.Interval) results.WorkerRow {
+	return results.WorkerRow{Policy: policy, Worker: int(iv.Worker), Kind: iv.Kind, Model: iv.Model,
+		StartS: iv.Start.Seconds(), EndS: iv.End.Seconds(), MeanBatch: iv.MeanBatch}
 }
 
 // RunInfo is run.json: everything needed to reproduce the run. It holds nothing that changes
@@ -402,14 +422,16 @@ func (run *Run) WriteInto(d *results.Dir, info RunInfo, host HostInfo) error {
 	if err := results.Write(d, results.Summary, slices.Values(run.Summaries)); err != nil {
 		return err
 	}
-	if err := results.Write(d, results.Calls, callRowSeq(run.Results)); err != nil {
-		return err
-	}
-	if err := results.Write(d, results.Queries, queryRowSeq(g.Workload, g.SLO, run.Results)); err != nil {
-		return err
-	}
-	if err := results.Write(d, results.Workers, slices.Values(WorkerRows(run.Results))); err != nil {
-		return err
+	if !run.written {
+		if err := results.Write(d, results.Calls, callRowSeq(run.Results)); err != nil {
+			return err
+		}
+		if err := results.Write(d, results.Queries, queryRowSeq(g.Workload, g.SLO, run.Results)); err != nil {
+			return err
+		}
+		if err := results.Write(d, results.Workers, slices.Values(WorkerRows(run.Results))); err != nil {
+			return err
+		}
 	}
 	if err := writeJSON(d, "run.json", info); err != nil {
 		return err
@@ -451,7 +473,7 @@ func (run *Run) WriteTable(w io.Writer) error {
 	r := run.Experiment
 	g := r.Graph
 	fmt.Fprintf(w, "experiment %s (%s): %s, %d queries, %s, %s, seed %d\n", r.Name, run.Mode,
-		r.ClusterString(), len(g.Workload.Queries), describeShape(g), describeArrivals(g.Arrivals), r.Seed)
+		r.ClusterString(), run.Queries(), describeShape(g), describeArrivals(g.Arrivals), r.Seed)
 	if run.Mode == "replay" {
 		engine := run.Engine
 		if engine == "" {
@@ -485,7 +507,7 @@ func (run *Run) WriteTable(w io.Writer) error {
 		case results.StatusFailed:
 			tail += "  FAILED"
 		case results.StatusPartial:
-			tail += fmt.Sprintf("  partial (%d of %d queries)", s.Queries, len(g.Workload.Queries))
+			tail += fmt.Sprintf("  partial (%d of %d queries)", s.Queries, run.Queries())
 		}
 		if failed > 0 {
 			tail += fmt.Sprintf("  %d calls failed", s.FailedCalls)
@@ -526,13 +548,8 @@ func (run *Run) notes(s results.SummaryRow) []string {
 	var out []string
 	firstErr := ""
 	for _, res := range run.Results {
-		if res.Policy != s.Policy {
-			continue
-		}
-		for _, c := range res.Calls {
-			if c.Status == "failed" && firstErr == "" {
-				firstErr = c.Err
-			}
+		if res.Policy == s.Policy && firstErr == "" {
+			firstErr = res.FirstError()
 		}
 	}
 	if firstErr != "" {

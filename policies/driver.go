@@ -27,17 +27,23 @@ import (
 //   - a worker holds only what fits its memory;
 //   - a query is complete when its final calls are; stage barriers are the policy's choice.
 //
+// The Driver keeps the calls and queries of a run in a window ordered by ID: a workload given
+// whole (NewDriver) enters it at once, one drawn a query at a time (NewStreamDriver) as
+// simulated time reaches each arrival; a query leaves from the front once it is complete and
+// all its calls have ended, its records going to the Result or, for a run that streams them
+// (Stream), to a Sink. The policy cannot tell the two apart: it sees the same View.
+//
 // A Driver runs one policy once; it is not safe for concurrent use. Its code is in pieces:
 // this file (the loop, a call's end), driver_release.go (how calls become ready),
 // driver_gates.go (the rule, early exit, cancellation), driver_timers.go, driver_actions.go
-// (the checks on a policy's actions) and driver_view.go (the View).
+// (the checks on a policy's actions), driver_view.go (the View), driver_stream.go (streamed
+// workloads and records, the window's front) and driver_window.go (its storage).
 type Driver struct {
-	backend  Backend
-	policy   Policy
-	rule     Rule
-	workload *traces.Workload
-	models   []ModelInfo
-	byName   map[string]int
+	backend Backend
+	policy  Policy
+	rule    Rule
+	models  []ModelInfo
+	byName  map[string]int
 	// refs is the unused rest of the block refPtr carves event references from.
 	refs    []CallRef
 	workers int
@@ -48,13 +54,23 @@ type Driver struct {
 	// come.
 	CallDone func(CallRecord)
 
-	calls   []callState // by call ID
-	first   []int       // ID of each query's first call
-	child   []int32     // children of call i: child[childAt[i]:childAt[i+1]]
-	childAt []int32
-	queries []queryState
-	ws      []workerState
-	order   []int // ready call ids in release order (lazily pruned)
+	// The window: the calls and queries not yet retired (see retire), from the oldest on, by
+	// ID (driver_window.go). The calls that read call id are id plus
+	// child.span(childAt.at(id), childAt.at(id+1)). A held workload enters the window whole,
+	// a streamed one (NewStreamDriver) a query at a time.
+	calls   blocks[callState]
+	queries blocks[queryState]
+	childAt fifo[int]
+	child   fifo[int32]
+	// fill is add's scratch.
+	fill []int
+	// nq is the number of queries of the workload, pulled the calls that entered the window
+	// and total0 the calls of the whole workload.
+	nq, pulled, total0 int
+	ws                 []workerState
+	order              []int // ready call ids in release order (lazily pruned)
+	// ordered is how long order was after it was last pruned.
+	ordered int
 	// expect counts calls per layer and model index (the last index: tool steps).
 	expect  [][]counts
 	layers  int
@@ -62,6 +78,21 @@ type Driver struct {
 	pending int // queries not complete
 	done    int // calls done
 	total   int // calls that will run, as known
+
+	// held is the workload given whole (nil when streamed); stream the source of a streamed
+	// one, with the last arrival it gave.
+	held        *traces.Workload
+	stream      QuerySource
+	lastArrival time.Duration
+	// res collects a held run's records as queries retire; out receives a streamed run's
+	// (see Stream).
+	res *Result
+	out *streamOut
+	// agg and gold count the retired queries whose workload answer is right with every call
+	// aggregated, and those with a gold answer (Result.AlwaysAggregate).
+	agg, gold int
+	// recs is retire's scratch.
+	recs []CallRecord
 
 	clock clock // arrivals, tool steps' ends and the policy's wake-ups (driver_timers.go)
 	// loadsIdle counts the loads since a call last finished: a policy that keeps loading
@@ -206,6 +237,8 @@ type callState struct {
 }
 
 type queryState struct {
+	q         *traces.Query
+	first     int // its first call's ID
 	sinksLeft int
 	complete  bool
 	final     string
@@ -223,11 +256,51 @@ type workerState struct {
 // NewDriver checks the workload against the models and returns a driver. models are the
 // experiment's models (every LLM call's model must be among them); workers is the cluster size.
 func NewDriver(b Backend, p Policy, r Rule, wl *traces.Workload, models []ModelInfo, workers int) (*Driver, error) {
-	if workers <= 0 {
-		return nil, errors.New("policies: no workers")
-	}
 	if len(wl.Queries) == 0 {
 		return nil, errors.New("policies: the workload has no queries")
+	}
+	d, err := newDriver(b, p, r, models, workers)
+	if err != nil {
+		return nil, err
+	}
+	d.held, d.nq = wl, len(wl.Queries)
+	d.pending = d.nq
+	d.layers = wl.Layers()
+	d.expect = make([][]counts, d.layers)
+	for l := range d.expect {
+		d.expect[l] = make([]counts, len(d.models)+1)
+	}
+	n := wl.NumCalls()
+	d.childAt.buf = make([]int, 1, n+1)
+	d.child.buf = make([]int32, 0, n)
+	for qi := range wl.Queries {
+		if err := d.add(&wl.Queries[qi]); err != nil {
+			return nil, err
+		}
+	}
+	for id := range n {
+		cs := d.cs(id)
+		d.expect[cs.call.Layer][cs.model].expected++
+		d.expect[cs.call.Layer][cs.model].remaining++
+	}
+	d.total, d.total0 = n, n
+	d.clock.arrivals = make([]int, len(wl.Queries))
+	for i := range d.clock.arrivals {
+		d.clock.arrivals[i] = i
+	}
+	if !slices.IsSortedFunc(wl.Queries, func(a, b traces.Query) int { return cmp.Compare(a.Arrival, b.Arrival) }) {
+		sort.SliceStable(d.clock.arrivals, func(a, b int) bool {
+			return wl.Queries[d.clock.arrivals[a]].Arrival < wl.Queries[d.clock.arrivals[b]].Arrival
+		})
+	}
+	d.res = &Result{Calls: make([]CallRecord, 0, n), Queries: make([]QueryOutcome, 0, len(wl.Queries))}
+	return d, nil
+}
+
+// newDriver returns a driver without a workload.
+func newDriver(b Backend, p Policy, r Rule, models []ModelInfo, workers int) (*Driver, error) {
+	if workers <= 0 {
+		return nil, errors.New("policies: no workers")
 	}
 	if len(models) >= math.MaxInt16 {
 		return nil, fmt.Errorf("policies: %d models (at most %d)", len(models), math.MaxInt16-1)
@@ -241,87 +314,101 @@ func NewDriver(b Backend, p Policy, r Rule, wl *traces.Workload, models []ModelI
 			return nil, fmt.Errorf("policies: model %s lists %d workers' costs for %d workers", m.Name, len(m.Workers), workers)
 		}
 	}
-	d := &Driver{backend: b, policy: p, rule: r, workload: wl, models: models, workers: workers,
+	d := &Driver{backend: b, policy: p, rule: r, models: models, workers: workers,
 		byName: map[string]int{}, clock: clock{waking: map[time.Duration]bool{}},
 		outcomes: outcomes{errs: map[int]string{}, cancelledAt: map[int]time.Duration{}, retried: map[int]retry{}}}
 	for i, m := range models {
 		d.byName[m.Name] = i
 	}
-	n := wl.NumCalls()
-	d.calls = make([]callState, n)
-	d.first = make([]int, len(wl.Queries))
-	d.queries = make([]queryState, len(wl.Queries))
-	d.childAt = make([]int32, n+1)
-	d.layers = wl.Layers()
-	d.expect = make([][]counts, d.layers)
-	for l := range d.expect {
-		d.expect[l] = make([]counts, len(models)+1)
-	}
-	// Count children first (CSR layout), then fill them.
-	id := 0
-	for qi := range wl.Queries {
-		q := &wl.Queries[qi]
-		d.first[qi] = id
-		for i := range q.Calls {
-			c := &q.Calls[i]
-			if c.ID != id || c.Query != qi || c.Node != i {
-				return nil, fmt.Errorf("query %d: call %d has id %d, query %d, node %d: want %d, %d, %d (traces.Workload.Finish numbers them)", qi, i, c.ID, c.Query, c.Node, id, qi, i)
-			}
-			mi := len(models)
-			if !c.IsTool() {
-				var ok bool
-				if mi, ok = d.byName[c.Model]; !ok {
-					return nil, fmt.Errorf("call %d (query %d, %s) uses model %q, which the experiment does not list", c.ID, qi, c.Label(), c.Model)
-				}
-			}
-			d.calls[id] = callState{call: c, waiting: int32(len(c.Inputs)), worker: -1, model: int16(mi)}
-			for _, in := range c.Inputs {
-				d.childAt[d.first[qi]+in.From+1]++
-			}
-			d.expect[c.Layer][mi].expected++
-			d.expect[c.Layer][mi].remaining++
-			id++
-		}
-	}
-	for i := 1; i <= n; i++ {
-		d.childAt[i] += d.childAt[i-1]
-	}
-	d.child = make([]int32, d.childAt[n])
-	fill := slices.Clone(d.childAt[:n])
-	for qi := range wl.Queries {
-		q := &wl.Queries[qi]
-		for i := range q.Calls {
-			for _, in := range q.Calls[i].Inputs {
-				p := d.first[qi] + in.From
-				d.child[fill[p]] = int32(d.first[qi] + i)
-				fill[p]++
-			}
-		}
-	}
-	for id := range d.calls {
-		if d.childAt[id+1] == d.childAt[id] {
-			cs := &d.calls[id]
-			d.queries[cs.call.Query].sinksLeft++
-			cs.final = len(cs.call.Inputs) > 0
-		}
-	}
 	d.ws = make([]workerState, workers)
 	for i := range d.ws {
 		d.ws[i] = workerState{loading: map[string]time.Duration{}, unloading: map[string]time.Duration{}, inflight: make([]int, len(models))}
 	}
-	d.pending = len(wl.Queries)
-	d.total = n
-	d.clock.arrivals = make([]int, len(wl.Queries))
-	for i := range d.clock.arrivals {
-		d.clock.arrivals[i] = i
-	}
-	if !slices.IsSortedFunc(wl.Queries, func(a, b traces.Query) int { return cmp.Compare(a.Arrival, b.Arrival) }) {
-		sort.SliceStable(d.clock.arrivals, func(a, b int) bool {
-			return wl.Queries[d.clock.arrivals[a]].Arrival < wl.Queries[d.clock.arrivals[b]].Arrival
-		})
-	}
 	return d, nil
 }
+
+// add puts query q, the next one, into the window: its calls' states, who reads each, and
+// its final calls. It checks the query's numbering and models.
+func (d *Driver) add(q *traces.Query) error {
+	qi, id := d.queries.hi, d.calls.hi
+	if q.ID != qi {
+		return fmt.Errorf("query %d has id %d: query ids run 0, 1, 2, ... in order", qi, q.ID)
+	}
+	fill := append(d.fill[:0], make([]int, len(q.Calls)+1)...)
+	for i := range q.Calls {
+		c := &q.Calls[i]
+		if c.ID != id+i || c.Query != qi || c.Node != i {
+			return fmt.Errorf("query %d: call %d has id %d, query %d, node %d: want %d, %d, %d (traces.Workload.Finish numbers them)", qi, i, c.ID, c.Query, c.Node, id+i, qi, i)
+		}
+		if c.Layer >= d.layers {
+			return fmt.Errorf("call %d (query %d, %s) is in layer %d, deeper than the workload's %d layers", c.ID, qi, c.Label(), c.Layer, d.layers)
+		}
+		fill[i] = len(d.models)
+		if !c.IsTool() {
+			var ok bool
+			if fill[i], ok = d.byName[c.Model]; !ok {
+				return fmt.Errorf("call %d (query %d, %s) uses model %q, which the experiment does not list", c.ID, qi, c.Label(), c.Model)
+			}
+		}
+	}
+	for i := range q.Calls {
+		c := &q.Calls[i]
+		*d.calls.push() = callState{call: c, waiting: int32(len(c.Inputs)), worker: -1, model: int16(fill[i])}
+	}
+	// Who reads each call (CSR: count, then fill), as offsets from the call's ID.
+	start := d.child.end()
+	clear(fill)
+	for i := range q.Calls {
+		for _, in := range q.Calls[i].Inputs {
+			fill[in.From+1]++
+		}
+	}
+	for i := 1; i < len(fill); i++ {
+		fill[i] += fill[i-1]
+	}
+	for i := range q.Calls {
+		d.childAt.push(start + fill[i+1])
+	}
+	for range fill[len(q.Calls)] {
+		d.child.push(0)
+	}
+	kids := d.child.span(start, d.child.end())
+	for i := range q.Calls {
+		for _, in := range q.Calls[i].Inputs {
+			kids[fill[in.From]] = int32(i - in.From)
+			fill[in.From]++
+		}
+	}
+	d.fill = fill
+	qs := d.queries.push()
+	*qs = queryState{q: q, first: id}
+	for i := range q.Calls {
+		if d.sinkCall(id + i) {
+			cs := d.cs(id + i)
+			qs.sinksLeft++
+			cs.final = len(cs.call.Inputs) > 0
+		}
+	}
+	d.pulled += len(q.Calls)
+	return nil
+}
+
+// cs returns the state of call id, which must be in the window.
+func (d *Driver) cs(id int) *callState { return d.calls.at(id) }
+
+// qs returns the state of query qi, which must be in the window.
+func (d *Driver) qs(qi int) *queryState { return d.queries.at(qi) }
+
+// inWindow reports whether call id is in the window.
+func (d *Driver) inWindow(id int) bool { return d.calls.holds(id) }
+
+// readers returns the calls that read call id, as offsets from id.
+func (d *Driver) readers(id int) []int32 {
+	return d.child.span(d.childAt.at(id), d.childAt.at(id+1))
+}
+
+// sinkCall reports whether no call reads call id: a final call of its query.
+func (d *Driver) sinkCall(id int) bool { return d.childAt.at(id+1) == d.childAt.at(id) }
 
 // Run drives the policy until every query is complete and returns what happened.
 func (d *Driver) Run(ctx context.Context) (*Result, error) {
@@ -332,15 +419,14 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 		}
 		d.grower = g
 	}
+	if d.out != nil && (d.exit != nil || d.overlap) {
+		d.out.hold = true // they cancel submitted calls (see Stream)
+	}
 	// Queries of the offline batch are ready at the start (the policy sees them in the View);
 	// later arrivals wake the driver.
 	var fx effects
-	for d.clock.arrived < len(d.clock.arrivals) && d.workload.Queries[d.clock.arrivals[d.clock.arrived]].Arrival <= 0 {
-		d.arrive(d.clock.arrivals[d.clock.arrived], 0, &fx)
-		d.clock.arrived++
-	}
-	if d.clock.arrived < len(d.clock.arrivals) {
-		d.addTimer(timer{at: d.workload.Queries[d.clock.arrivals[d.clock.arrived]].Arrival, kind: timerArrival})
+	if err := d.arrivals(0, &fx); err != nil {
+		return nil, err
 	}
 	acts, err := d.policy.Start(d)
 	if err != nil {
@@ -393,8 +479,11 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 				return nil, err
 			}
 		}
+		if err := d.retire(false); err != nil {
+			return nil, err
+		}
 	}
-	return d.result(), nil
+	return d.result()
 }
 
 // applyAll carries out actions, then tells the policy what they caused (a cancellation
@@ -424,7 +513,7 @@ const maxIdleWakes = 10000
 // quiet reports whether nothing is under way: no call in flight or stopping, no load or
 // unload, no tool step and no arrival to come.
 func (d *Driver) quiet() bool {
-	if d.stopping > 0 || d.clock.arrived < len(d.clock.arrivals) {
+	if d.stopping > 0 || d.clock.arrived < d.nq {
 		return false
 	}
 	for _, t := range d.clock.timers {
@@ -454,8 +543,9 @@ func (d *Driver) stalled() error {
 		model string
 	}
 	at := map[where]int{}
-	for i := range d.calls {
-		c := &d.calls[i]
+	waiting = d.total0 - d.pulled // calls of queries still to come
+	for id := d.calls.lo; id < d.calls.hi; id++ {
+		c := d.cs(id)
 		switch c.status {
 		case callReady:
 			ready++
@@ -495,6 +585,9 @@ func (d *Driver) handle(ev Event) ([]Event, error) {
 		delete(ws.loading, ev.Model)
 		ws.holds = append(ws.holds, ev.Model)
 		d.loads = append(d.loads, LoadRecord{Worker: ev.Worker, Model: ev.Model, Start: start, End: ev.At})
+		if d.out != nil {
+			d.loaded(d.loads[len(d.loads)-1])
+		}
 		d.loadsIdle++
 		if limit := 8*d.workers*len(d.models) + 16; d.loadsIdle > limit {
 			return nil, fmt.Errorf("policy %s is thrashing: %d model loads since a call last finished (at %v); %d queries incomplete",
@@ -512,18 +605,18 @@ func (d *Driver) handle(ev Event) ([]Event, error) {
 			}
 			return nil, errors.New("backend reported a finished call without the call")
 		}
-		if id := ev.Call.ID; id >= 0 && id < len(d.calls) && d.calls[id].aborting {
+		if id := ev.Call.ID; d.inWindow(id) && d.cs(id).aborting {
 			return nil, d.dropped(id)
 		}
-		if id := ev.Call.ID; id >= 0 && id < len(d.calls) && d.calls[id].status == callCancelling {
+		if id := ev.Call.ID; d.inWindow(id) && d.cs(id).status == callCancelling {
 			return nil, d.stopped(&ev)
 		}
 		return d.finish(&ev)
 	case EventCancelled:
-		if ev.Call != nil && ev.Call.ID >= 0 && ev.Call.ID < len(d.calls) && d.calls[ev.Call.ID].aborting {
+		if ev.Call != nil && d.inWindow(ev.Call.ID) && d.cs(ev.Call.ID).aborting {
 			return nil, d.dropped(ev.Call.ID)
 		}
-		if ev.Call == nil || ev.Call.ID < 0 || ev.Call.ID >= len(d.calls) || d.calls[ev.Call.ID].status != callCancelling {
+		if ev.Call == nil || !d.inWindow(ev.Call.ID) || d.cs(ev.Call.ID).status != callCancelling {
 			return nil, fmt.Errorf("backend reported a call cancelled that was not being cancelled (%+v)", ev.Call)
 		}
 		return nil, d.stopped(&ev)
@@ -532,17 +625,21 @@ func (d *Driver) handle(ev Event) ([]Event, error) {
 }
 
 // record reports a finished call to the hooks.
-func (d *Driver) record(id int) {
+func (d *Driver) record(id int) error {
 	if d.CallDone != nil {
 		d.CallDone(d.callRecord(id))
 	}
 	if d.Progress != nil {
 		d.Progress(d.done, d.total)
 	}
+	if d.out != nil {
+		return d.traced(id)
+	}
+	return nil
 }
 
 func (d *Driver) callRecord(id int) CallRecord {
-	cs := &d.calls[id]
+	cs := d.cs(id)
 	st, produced := "done", cs.call.OutputTokens
 	switch cs.status {
 	case callFailed:
@@ -558,10 +655,10 @@ func (d *Driver) callRecord(id int) CallRecord {
 
 func (d *Driver) finish(ev *Event) ([]Event, error) {
 	id := ev.Call.ID
-	if id < 0 || id >= len(d.calls) || d.calls[id].status != callSubmitted {
+	if !d.inWindow(id) || d.cs(id).status != callSubmitted {
 		return nil, fmt.Errorf("backend reported call %d finished, but it was not in flight", id)
 	}
-	cs := &d.calls[id]
+	cs := d.cs(id)
 	cs.timing = ev.Timing
 	if ev.Attempts > 1 {
 		d.outcomes.retried[id] = retry{attempts: ev.Attempts, lost: ev.RetryLost}
@@ -583,7 +680,9 @@ func (d *Driver) finish(ev *Event) ([]Event, error) {
 	d.ws[cs.worker].inflight[cs.model]--
 	d.counts(cs).remaining--
 	d.done++
-	d.record(id)
+	if err := d.record(id); err != nil {
+		return nil, err
+	}
 	var fx effects
 	d.settle(id, ev.At, &fx)
 	return fx.flush(nil, ev.At), nil
@@ -594,7 +693,7 @@ func (d *Driver) finish(ev *Event) ([]Event, error) {
 // it was cancelled, so its answer is not used.
 func (d *Driver) stopped(ev *Event) error {
 	id := ev.Call.ID
-	cs := &d.calls[id]
+	cs := d.cs(id)
 	cs.status = callCancelled
 	d.stopping--
 	cs.timing = ev.Timing
@@ -606,13 +705,12 @@ func (d *Driver) stopped(ev *Event) error {
 	ev.Worker = cs.worker
 	d.loadsIdle = 0
 	d.ws[cs.worker].inflight[cs.model]--
-	d.record(id)
-	return nil
+	return d.record(id)
 }
 
 // dropped records that a call skipped after it was submitted open has left its worker.
 func (d *Driver) dropped(id int) error {
-	cs := &d.calls[id]
+	cs := d.cs(id)
 	cs.aborting = false
 	d.stopping--
 	d.loadsIdle = 0

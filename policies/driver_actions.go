@@ -29,10 +29,10 @@ func (d *Driver) do(a Action) error {
 		return nil
 	}
 	if a.Kind == ActCancel {
-		if a.CallID < 0 || a.CallID >= len(d.calls) {
-			return errors.New("no such call")
+		if err := d.lookup(a.CallID); err != nil {
+			return err
 		}
-		switch st := d.calls[a.CallID].status; st {
+		switch st := d.cs(a.CallID).status; st {
 		case callWaiting, callReady, callSubmitted, callTool:
 		default:
 			return fmt.Errorf("the call is %s", st)
@@ -83,10 +83,10 @@ func (d *Driver) do(a Action) error {
 		}
 		ws.unloading[a.Model] = d.backend.Now()
 	case ActSubmit:
-		if a.CallID < 0 || a.CallID >= len(d.calls) {
-			return errors.New("no such call")
+		if err := d.lookup(a.CallID); err != nil {
+			return err
 		}
-		cs := &d.calls[a.CallID]
+		cs := d.cs(a.CallID)
 		if cs.status != callReady {
 			return fmt.Errorf("the call is %s, not ready", cs.status)
 		}
@@ -95,7 +95,7 @@ func (d *Driver) do(a Action) error {
 		}
 		if cs.open {
 			cp := *cs.call
-			cp.InputTokens = d.known(a.CallID)
+			cp.InputTokens = d.prompt(a.CallID)
 			if err := d.grower.SubmitOpen(a.Worker, &cp); err != nil {
 				return err
 			}
@@ -106,10 +106,23 @@ func (d *Driver) do(a Action) error {
 		cs.status = callSubmitted
 		cs.worker = a.Worker
 		ws.inflight[cs.model]++
+		d.submitted(a.Worker, a.CallID, d.backend.Now())
 	default:
 		return fmt.Errorf("unknown action kind %d", a.Kind)
 	}
 	return nil
+}
+
+// lookup checks that id names a call of the window: one that has left it (see retire) has
+// finished.
+func (d *Driver) lookup(id int) error {
+	switch {
+	case d.calls.holds(id):
+		return nil
+	case id >= 0 && id < d.calls.lo:
+		return errors.New("the call has finished")
+	}
+	return errors.New("no such call")
 }
 
 func (d *Driver) holds(w WorkerID, model string) bool {

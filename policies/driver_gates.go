@@ -13,7 +13,7 @@ import (
 // decide puts a child whose inputs are finished (or that exits early) to the rule, and skips
 // or starts it.
 func (d *Driver) decide(ch int, now time.Duration, fx *effects) {
-	cs := &d.calls[ch]
+	cs := d.cs(ch)
 	answers := d.inputAnswers(ch)
 	cs.confidence = traces.Confidence(answers)
 	d.adjustInputs(ch)
@@ -34,6 +34,9 @@ func (d *Driver) decide(ch int, now time.Duration, fx *effects) {
 				// Submitted open, its prefill was for nothing: its worker drops it.
 				cs.aborting = true
 				d.stopping++
+				if err := d.cancelling(); err != nil && d.fatal == nil {
+					d.fatal = err
+				}
 				if err := d.backend.Cancel(cs.worker, ch); err != nil && d.fatal == nil {
 					d.fatal = fmt.Errorf("cancelling skipped call %d on worker %d: %w", ch, cs.worker, err)
 				}
@@ -54,8 +57,8 @@ func (d *Driver) decide(ch int, now time.Duration, fx *effects) {
 
 // awaited reports whether some call that reads call id still waits for it.
 func (d *Driver) awaited(id int) bool {
-	for _, ch := range d.child[d.childAt[id]:d.childAt[id+1]] {
-		if d.calls[ch].status == callWaiting || d.calls[ch].open {
+	for _, off := range d.readers(id) {
+		if ch := d.cs(id + int(off)); ch.status == callWaiting || ch.open {
 			return true
 		}
 	}
@@ -66,12 +69,12 @@ func (d *Driver) awaited(id int) bool {
 // MinFinished of its LLM inputs have answered and their top answer has at least the Agreement
 // share of their answers (and, with MinConfidence, their mean confidence is high enough).
 func (d *Driver) exitEarly(id int) bool {
-	c := d.calls[id].call
-	base := d.first[c.Query]
+	c := d.cs(id).call
+	base := id - c.Node
 	var answers []string
 	conf := 0.0
 	for _, in := range c.Inputs {
-		p := &d.calls[base+in.From]
+		p := d.cs(base + in.From)
 		if d.tool(p) || (p.status != callDone && p.status != callSkipped) {
 			continue
 		}
@@ -92,7 +95,7 @@ func (d *Driver) exitEarly(id int) bool {
 // stopped by the backend, which reports it later (EventCancelled, or EventDone when it
 // finished first). For the calls that read it, it is finished now, without an answer.
 func (d *Driver) cancel(id int, now time.Duration, fx *effects) {
-	cs := &d.calls[id]
+	cs := d.cs(id)
 	cs.open = false
 	switch cs.status {
 	case callWaiting, callReady, callTool:
@@ -100,6 +103,9 @@ func (d *Driver) cancel(id int, now time.Duration, fx *effects) {
 	case callSubmitted:
 		cs.status, cs.ran = callCancelling, true
 		d.stopping++
+		if err := d.cancelling(); err != nil && d.fatal == nil {
+			d.fatal = err
+		}
 		if err := d.backend.Cancel(cs.worker, id); err != nil && d.fatal == nil {
 			d.fatal = fmt.Errorf("cancelling call %d on worker %d: %w", id, cs.worker, err)
 		}
@@ -118,13 +124,13 @@ func (d *Driver) cancel(id int, now time.Duration, fx *effects) {
 
 // skip records that the rule skipped gated call id.
 func (d *Driver) skip(id int, dec Decision, now time.Duration, fx *effects) {
-	cs := &d.calls[id]
+	cs := d.cs(id)
 	cs.status = callSkipped
 	cs.answer = dec.Majority
 	cs.ready = now
 	c := cs.call
 	for _, in := range c.Inputs {
-		if p := &d.calls[d.first[c.Query]+in.From]; dec.Majority != "" && !d.tool(p) && p.answer == dec.Majority {
+		if p := d.cs(id - c.Node + in.From); dec.Majority != "" && !d.tool(p) && p.answer == dec.Majority {
 			cs.pass = int32(in.Tokens)
 			break
 		}
@@ -132,6 +138,6 @@ func (d *Driver) skip(id int, dec Decision, now time.Duration, fx *effects) {
 	d.counts(cs).expected--
 	d.counts(cs).remaining--
 	d.total--
-	d.queries[c.Query].skipped++
+	d.qs(c.Query).skipped++
 	fx.events = append(fx.events, Event{Kind: EventSkipped, At: now, Query: c.Query, Call: d.refPtr(id)})
 }

@@ -13,7 +13,8 @@ import (
 
 // arrive releases a query's calls without inputs.
 func (d *Driver) arrive(qi int, now time.Duration, fx *effects) {
-	q := &d.workload.Queries[qi]
+	first := d.qs(qi).first
+	q := d.qs(qi).q
 	released := 0 // exactly what is released: a query's calls are in this run's largest slices
 	for i := range q.Calls {
 		if c := &q.Calls[i]; len(c.Inputs) == 0 || d.overlap && !c.IsTool() {
@@ -23,16 +24,16 @@ func (d *Driver) arrive(qi int, now time.Duration, fx *effects) {
 	fx.released = slices.Grow(fx.released, released)
 	for i := range q.Calls {
 		if len(q.Calls[i].Inputs) == 0 {
-			d.start(d.first[qi]+i, now, fx)
+			d.start(first+i, now, fx)
 		}
 	}
 	if d.overlap {
 		for i := range q.Calls {
 			if c := &q.Calls[i]; len(c.Inputs) > 0 && !c.IsTool() {
-				id := d.first[qi] + i
-				cs := &d.calls[id]
+				id := first + i
+				cs := d.cs(id)
 				cs.status, cs.ready, cs.open = callReady, now, true
-				d.order = append(d.order, id)
+				d.queue(id)
 				fx.released = append(fx.released, d.ref(id))
 			}
 		}
@@ -42,7 +43,7 @@ func (d *Driver) arrive(qi int, now time.Duration, fx *effects) {
 // start makes a call whose inputs are all finished go: a tool step begins, an LLM call is
 // released (fx gains its reference). (Gates are decided before, in settle.)
 func (d *Driver) start(id int, now time.Duration, fx *effects) {
-	cs := &d.calls[id]
+	cs := d.cs(id)
 	if cs.open {
 		// Released when its query arrived: it is now an ordinary ready call, or its worker
 		// gets the rest of its prompt.
@@ -62,12 +63,33 @@ func (d *Driver) start(id int, now time.Duration, fx *effects) {
 	}
 	cs.status = callReady
 	cs.ready = now
-	d.order = append(d.order, id)
+	d.queue(id)
 	fx.released = append(fx.released, d.ref(id))
 }
 
+// queue adds ready call id to the release order; a long order is pruned of the calls no
+// longer ready first (as Ready prunes it), so that it stays as long as the calls waiting.
+func (d *Driver) queue(id int) {
+	if len(d.order) >= 2*d.ordered+1024 {
+		d.order = d.readyOnly(d.order)
+		d.ordered = len(d.order)
+	}
+	d.order = append(d.order, id)
+}
+
+// readyOnly keeps the calls of ids that are ready, in order, in place.
+func (d *Driver) readyOnly(ids []int) []int {
+	kept := ids[:0]
+	for _, id := range ids {
+		if d.inWindow(id) && d.cs(id).status == callReady {
+			kept = append(kept, id)
+		}
+	}
+	return kept
+}
+
 func (d *Driver) ref(id int) CallRef {
-	cs := &d.calls[id]
+	cs := d.cs(id)
 	c := cs.call
 	return CallRef{ID: id, Query: c.Query, Role: c.Role, Layer: c.Layer, Model: c.Model, InputTokens: c.InputTokens,
 		Ready: cs.ready, Inputs: len(c.Inputs), Confidence: cs.confidence, Final: cs.final, Open: cs.open}
@@ -94,8 +116,10 @@ const refBlock = 256
 func (d *Driver) backlog(model string) int {
 	n := 0
 	for _, id := range d.order {
-		if cs := &d.calls[id]; cs.status == callReady && cs.call.Model == model {
-			n++
+		if d.inWindow(id) {
+			if cs := d.cs(id); cs.status == callReady && cs.call.Model == model {
+				n++
+			}
 		}
 	}
 	if mi, ok := d.byName[model]; ok {
@@ -106,15 +130,15 @@ func (d *Driver) backlog(model string) int {
 	return n
 }
 
-// known is the prompt of call id as far as its finished inputs give it: its own prompt and
+// prompt is the prompt of call id as far as its finished inputs give it: its own prompt and
 // what they forward (nothing from a failed or cancelled one, the majority's carrier from a
 // skipped one), at least one token.
-func (d *Driver) known(id int) int {
-	c := d.calls[id].call
-	base := d.first[c.Query]
+func (d *Driver) prompt(id int) int {
+	c := d.cs(id).call
+	base := id - c.Node
 	tokens := c.PromptTokens
 	for _, in := range c.Inputs {
-		switch p := &d.calls[base+in.From]; p.status {
+		switch p := d.cs(base + in.From); p.status {
 		case callDone:
 			tokens += in.Tokens
 		case callSkipped:
@@ -127,8 +151,8 @@ func (d *Driver) known(id int) int {
 // grow gives open-submitted call id's worker the prompt tokens its inputs have added since,
 // and with close, ends its prompt.
 func (d *Driver) grow(id int, close bool) {
-	cs := &d.calls[id]
-	n := d.known(id)
+	cs := d.cs(id)
+	n := d.prompt(id)
 	if n == int(cs.sent) && !close {
 		return
 	}
@@ -144,11 +168,11 @@ func (d *Driver) grow(id int, close bool) {
 // on without it); a failed input votes for nothing. The slice is the Driver's scratch, valid
 // until the next call (a Rule must not keep its answers).
 func (d *Driver) inputAnswers(id int) []string {
-	c := d.calls[id].call
-	base := d.first[c.Query]
+	c := d.cs(id).call
+	base := id - c.Node
 	out := d.answers[:0]
 	for _, in := range c.Inputs {
-		p := &d.calls[base+in.From]
+		p := d.cs(base + in.From)
 		switch {
 		case d.tool(p):
 		case p.status == callDone || p.status == callSkipped || p.status == callFailed:
@@ -166,36 +190,38 @@ func (d *Driver) inputAnswers(id int) []string {
 // still waits for are cancelled. fx gains what this causes.
 func (d *Driver) settle(id int, now time.Duration, fx *effects) {
 	var exited []int
-	for _, ch := range d.child[d.childAt[id]:d.childAt[id+1]] {
-		cs := &d.calls[ch]
+	for _, off := range d.readers(id) {
+		ch := id + int(off)
+		cs := d.cs(ch)
 		if cs.status != callWaiting && !cs.open {
 			continue // released by an early exit, or cancelled
 		}
 		cs.waiting--
 		if cs.waiting > 0 && cs.open && cs.status == callSubmitted {
-			d.grow(int(ch), false)
+			d.grow(ch, false)
 		}
 		if cs.waiting > 0 {
-			if d.exit == nil || !cs.call.Gate || !d.exitEarly(int(ch)) {
+			if d.exit == nil || !cs.call.Gate || !d.exitEarly(ch) {
 				continue
 			}
 			cs.waiting = 0
-			exited = append(exited, int(ch))
+			exited = append(exited, ch)
 		}
-		d.decide(int(ch), now, fx)
+		d.decide(ch, now, fx)
 	}
-	cs := &d.calls[id]
-	if d.childAt[id+1] == d.childAt[id] {
-		qs := &d.queries[cs.call.Query]
+	if d.sinkCall(id) {
+		q := d.cs(id).call.Query
+		qs := d.qs(q)
 		qs.sinksLeft--
 		if qs.sinksLeft == 0 {
-			d.completeQuery(cs.call.Query, now)
+			d.completeQuery(q, now)
 		}
 	}
 	for _, ch := range exited {
-		base := d.first[d.calls[ch].call.Query]
-		for _, in := range d.calls[ch].call.Inputs {
-			if p := base + in.From; !d.calls[p].status.finished() && !d.awaited(p) {
+		c := d.cs(ch).call
+		base := ch - c.Node
+		for _, in := range c.Inputs {
+			if p := base + in.From; !d.cs(p).status.finished() && !d.awaited(p) {
 				d.cancel(p, now, fx)
 			}
 		}
@@ -207,12 +233,12 @@ func (d *Driver) settle(id int, now time.Duration, fx *effects) {
 // majority answer. The
 // workload's call is shared, so a changed call becomes the Driver's copy.
 func (d *Driver) adjustInputs(id int) {
-	cs := &d.calls[id]
+	cs := d.cs(id)
 	c := cs.call
-	base := d.first[c.Query]
+	base := id - c.Node
 	tokens := c.PromptTokens
 	for _, in := range c.Inputs {
-		switch p := &d.calls[base+in.From]; p.status {
+		switch p := d.cs(base + in.From); p.status {
 		case callDone:
 			tokens += in.Tokens
 		case callSkipped:
@@ -237,16 +263,15 @@ func (d *Driver) counts(cs *callState) *counts {
 // completeQuery records a query's final answer: its final call's, or its final calls' top
 // answer.
 func (d *Driver) completeQuery(qi int, now time.Duration) {
-	qs := &d.queries[qi]
+	qs := d.qs(qi)
 	qs.complete = true
 	qs.end = now
 	d.pending--
-	q := &d.workload.Queries[qi]
 	var answers []string
-	for i := range q.Calls {
-		id := d.first[qi] + i
-		if st := d.calls[id].status; d.childAt[id+1] == d.childAt[id] && st != callCancelled && st != callCancelling {
-			answers = append(answers, d.calls[id].answer)
+	for i := range qs.q.Calls {
+		id := qs.first + i
+		if st := d.cs(id).status; d.sinkCall(id) && st != callCancelled && st != callCancelling {
+			answers = append(answers, d.cs(id).answer)
 		}
 	}
 	if len(answers) == 1 {

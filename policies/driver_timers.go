@@ -9,12 +9,13 @@ import (
 // The Driver's timers: query arrivals, tool steps that end, and the policy's wake-ups, in one
 // heap ordered by time.
 
-// clock is the Driver's timers and the queries' arrivals.
+// clock is the Driver's timers and the queries' arrivals (a streamed workload's arrive in
+// query order).
 type clock struct {
 	timers   timerHeap
 	waking   map[time.Duration]bool // backend wake-ups requested and not yet delivered
-	arrivals []int                  // query indices by arrival time
-	arrived  int                    // queries of arrivals released so far
+	arrivals []int                  // a held workload's query indices by arrival time
+	arrived  int                    // queries released so far
 	timerSeq int
 }
 
@@ -64,6 +65,31 @@ func (d *Driver) addTimer(t timer) {
 	}
 }
 
+// arrivals releases the queries that have arrived by now, in order of arrival (a streamed
+// workload's come into the window as they do), and sets the timer of the next arrival.
+func (d *Driver) arrivals(now time.Duration, fx *effects) error {
+	for d.clock.arrived < d.nq {
+		var qi int
+		if d.held != nil {
+			qi = d.clock.arrivals[d.clock.arrived]
+		} else {
+			qi = d.clock.arrived
+			if qi >= d.queries.hi {
+				if err := d.pull(); err != nil {
+					return err
+				}
+			}
+		}
+		if at := d.qs(qi).q.Arrival; at > now {
+			d.addTimer(timer{at: at, kind: timerArrival})
+			return nil
+		}
+		d.arrive(qi, now, fx)
+		d.clock.arrived++
+	}
+	return nil
+}
+
 // timersDue runs the Driver's deadlines up to now: arrivals, tool steps that end, and the
 // policy's wake-ups.
 func (d *Driver) timersDue(now time.Duration) ([]Event, error) {
@@ -74,15 +100,11 @@ func (d *Driver) timersDue(now time.Duration) ([]Event, error) {
 		t := d.clock.timers.pop()
 		switch t.kind {
 		case timerArrival:
-			for d.clock.arrived < len(d.clock.arrivals) && d.workload.Queries[d.clock.arrivals[d.clock.arrived]].Arrival <= now {
-				d.arrive(d.clock.arrivals[d.clock.arrived], now, &fx)
-				d.clock.arrived++
-			}
-			if d.clock.arrived < len(d.clock.arrivals) {
-				d.addTimer(timer{at: d.workload.Queries[d.clock.arrivals[d.clock.arrived]].Arrival, kind: timerArrival})
+			if err := d.arrivals(now, &fx); err != nil {
+				return nil, err
 			}
 		case timerTool:
-			cs := &d.calls[t.id]
+			cs := d.cs(t.id)
 			if cs.status != callTool {
 				continue // cancelled
 			}
@@ -91,7 +113,9 @@ func (d *Driver) timersDue(now time.Duration) ([]Event, error) {
 			cs.timing.End = t.at
 			d.counts(cs).remaining--
 			d.done++
-			d.record(t.id)
+			if err := d.record(t.id); err != nil {
+				return nil, err
+			}
 			d.settle(t.id, t.at, &fx)
 		case timerPolicy:
 			wake = true

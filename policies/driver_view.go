@@ -73,15 +73,12 @@ func (d *Driver) InFlight(w WorkerID, model string) int {
 
 // Ready implements View.
 func (d *Driver) Ready() []CallRef {
-	kept := d.order[:0]
+	d.order = d.readyOnly(d.order)
+	d.ordered = len(d.order)
 	var out []CallRef
 	for _, id := range d.order {
-		if d.calls[id].status == callReady {
-			kept = append(kept, id)
-			out = append(out, d.ref(id))
-		}
+		out = append(out, d.ref(id))
 	}
-	d.order = kept
 	return out
 }
 
@@ -127,6 +124,6 @@ func (d *Driver) sum(layer int, model string, f func(counts) int) int {
 func (d *Driver) Layers() int { return d.layers }
 
 // Queries implements View.
-func (d *Driver) Queries() int { return len(d.workload.Queries) }
+func (d *Driver) Queries() int { return d.nq }
 
 var _ View = (*Driver)(nil)

@@ -78,49 +78,19 @@ type Result struct {
 	// AlwaysAggregate is the accuracy the workload's aggregator answers give when every query
 	// is aggregated (NaN when no query has a gold answer).
 	AlwaysAggregate float64
+	// tally is a streamed run's summary of its calls and queries (Driver.Stream), which the
+	// Result does not hold.
+	tally *Tally
 }
 
-func (d *Driver) result() *Result {
-	r := &Result{Policy: d.policy.Name(), Rule: d.rule.Name(), Threshold: nan(), Workers: d.workers, Loads: d.loads}
-	if d.exit != nil {
-		r.Rule += ", " + d.exit.String()
-	}
-	if d.overlap {
-		r.Rule += ", overlap"
-	}
-	if cs, ok := d.rule.(ConfidenceSkip); ok {
-		r.Threshold = cs.Threshold
-		if cs.Threshold > 1 {
-			r.Threshold = math.Inf(1)
-		}
-	}
-	r.Calls = make([]CallRecord, 0, d.done)
-	for i := range d.calls {
-		cs := &d.calls[i]
-		if cs.status == callDone || cs.status == callFailed || (cs.status == callCancelled && cs.ran) {
-			r.Calls = append(r.Calls, d.callRecord(i))
-		}
-	}
-	r.Queries = make([]QueryOutcome, 0, len(d.queries))
-	var agg, gold int
-	for qi := range d.queries {
-		q := &d.workload.Queries[qi]
-		r.Queries = append(r.Queries, d.outcome(qi))
-		if q.Gold != "" {
-			gold++
-			if q.FinalAnswer() == q.Gold {
-				agg++
-			}
-		}
-	}
-	r.AlwaysAggregate = ratio(agg, gold)
-	return r
-}
+// Streamed reports whether the run's calls, queries and intervals went to a Sink as they
+// came (Driver.Stream) instead of into the Result, which then holds their summary only.
+func (r *Result) Streamed() bool { return r.tally != nil }
 
 // finishedAt is when a finished call ended for the calls that read it (a skipped call: when it
 // was decided; a cancelled one: when it was cancelled).
 func (d *Driver) finishedAt(id int) time.Duration {
-	cs := &d.calls[id]
+	cs := d.cs(id)
 	switch cs.status {
 	case callSkipped:
 		return cs.ready
@@ -130,19 +100,18 @@ func (d *Driver) finishedAt(id int) time.Duration {
 	return cs.timing.End
 }
 
-// outcome describes how query qi ended.
-func (d *Driver) outcome(qi int) QueryOutcome {
-	q := &d.workload.Queries[qi]
-	qs := &d.queries[qi]
+// outcome describes how query qs ended.
+func (d *Driver) outcome(qs *queryState) QueryOutcome {
+	q := qs.q
 	o := QueryOutcome{SkippedCalls: qs.skipped, Final: qs.final, Gold: q.Gold, Arrival: q.Arrival, End: qs.end}
 	last := -1
 	var voters []string
 	for i := range q.Calls {
-		id := d.first[qi] + i
-		if d.childAt[id+1] != d.childAt[id] {
+		id := qs.first + i
+		if !d.sinkCall(id) {
 			continue
 		}
-		cs := &d.calls[id]
+		cs := d.cs(id)
 		if cs.status != callCancelled && cs.status != callCancelling {
 			voters = append(voters, cs.answer)
 		}
@@ -155,15 +124,15 @@ func (d *Driver) outcome(qi int) QueryOutcome {
 			last = id
 		}
 	}
-	if len(voters) == 1 && d.calls[last].final {
-		o.Skipped = d.calls[last].status == callSkipped
-		o.Confidence = d.calls[last].confidence
+	if len(voters) == 1 && d.cs(last).final {
+		o.Skipped = d.cs(last).status == callSkipped
+		o.Confidence = d.cs(last).confidence
 	} else {
 		o.Confidence = traces.Confidence(voters)
 	}
 	// The critical path: back from the last final call through the latest-finishing input.
 	for id := last; id >= 0; {
-		cs := &d.calls[id]
+		cs := d.cs(id)
 		if cs.status == callDone || cs.status == callFailed {
 			if !cs.call.IsTool() {
 				o.Queue += max(0, cs.timing.Started-cs.ready)
@@ -171,7 +140,7 @@ func (d *Driver) outcome(qi int) QueryOutcome {
 		}
 		next := -1
 		for _, in := range cs.call.Inputs {
-			p := d.first[qi] + in.From
+			p := qs.first + in.From
 			if next < 0 || d.finishedAt(p) > d.finishedAt(next) {
 				next = p
 			}
@@ -238,70 +207,202 @@ type Summary struct {
 	// GPUBusyFrac is the busy share of workers x E2E; ModelLoads counts loads.
 	GPUBusyFrac float64
 	ModelLoads  int
+	// Retries counts the attempts of calls after their first (replay).
+	Retries int
+}
+
+// FirstError is the error of the first failed call that says one, in call order ("" when
+// none does).
+func (r *Result) FirstError() string {
+	if r.tally != nil {
+		return r.tally.firstErr
+	}
+	for _, c := range r.Calls {
+		if c.Status == "failed" && c.Err != "" {
+			return c.Err
+		}
+	}
+	return ""
 }
 
 // Summary computes the run's headline figures.
 func (r *Result) Summary() Summary {
-	s := Summary{Queries: len(r.Queries), ModelLoads: len(r.Loads)}
-	for _, c := range r.Calls {
-		s.E2E = max(s.E2E, c.Timing.End)
-		switch c.Status {
-		case "failed":
-			s.FailedCalls++
-		case "cancelled":
-			s.CancelledCalls++
-			continue
+	t := r.tally
+	if t == nil {
+		t = r.fold(SLO{})
+		t.busy = r.BusyTime()
+	}
+	return t.summary(r.Loads, r.AlwaysAggregate)
+}
+
+// fold tallies the result's calls and queries.
+func (r *Result) fold(slo SLO) *Tally {
+	t := NewTally(r.Workers, slo)
+	t.lat = make([]time.Duration, 0, len(r.Queries))
+	t.ttft = make([]time.Duration, 0, len(r.Queries))
+	t.queue = make([]time.Duration, 0, len(r.Queries))
+	for i := range r.Calls {
+		t.Call(&r.Calls[i])
+	}
+	for _, q := range r.Queries {
+		t.Query(q)
+	}
+	return t
+}
+
+// Tally folds a run's calls and queries into its headline figures as they come, without
+// holding their records: a streamed run's summary (Driver.Stream), and, over a held Result's
+// records, Result.Summary. Only the queries' latencies are kept (24 bytes a query), for their
+// exact percentiles.
+type Tally struct {
+	workers int
+	slo     SLO
+	s       Summary
+	// e2e is when the last call ended; stage the last call before the final stage.
+	e2e, stage time.Duration
+	// The queries' latencies, times to first token and queueing delays.
+	lat, ttft, queue []time.Duration
+	right, gold      int
+	// first and last are the first arrival and the last end; met counts the queries that
+	// met the SLO.
+	first, last time.Duration
+	met         int
+	// busy is the workers' busy time (a streamed run's, from its intervals).
+	busy time.Duration
+	// ends holds, by layer and worker, when the last call of the layer ended there.
+	ends [][]time.Duration
+	// firstErr is the first failed call's error that says one.
+	firstErr string
+}
+
+// NewTally returns an empty tally of a run on workers workers whose queries are held to slo.
+func NewTally(workers int, slo SLO) *Tally { return &Tally{workers: workers, slo: slo} }
+
+// Call adds a call that ran (in call-ID order, for Result.FirstError).
+func (t *Tally) Call(c *CallRecord) {
+	s := &t.s
+	t.e2e = max(t.e2e, c.Timing.End)
+	s.Retries += max(0, c.Attempts-1)
+	if c.Worker >= 0 {
+		for len(t.ends) <= c.Call.Layer {
+			t.ends = append(t.ends, make([]time.Duration, t.workers))
 		}
-		if c.Final {
-			if !c.Call.IsTool() {
-				s.AggregatorCalls++
-			}
-			continue
+		t.ends[c.Call.Layer][c.Worker] = max(t.ends[c.Call.Layer][c.Worker], c.Timing.End)
+	}
+	switch c.Status {
+	case "failed":
+		s.FailedCalls++
+		if t.firstErr == "" {
+			t.firstErr = c.Err
 		}
-		s.ExpertStage = max(s.ExpertStage, c.Timing.End)
+	case "cancelled":
+		s.CancelledCalls++
+		return
+	}
+	if c.Final {
 		if !c.Call.IsTool() {
-			s.ExpertCalls++
+			s.AggregatorCalls++
+		}
+		return
+	}
+	t.stage = max(t.stage, c.Timing.End)
+	if !c.Call.IsTool() {
+		s.ExpertCalls++
+	}
+}
+
+// Query adds a query's outcome.
+func (t *Tally) Query(q QueryOutcome) {
+	s := &t.s
+	if s.Queries == 0 {
+		t.first = q.Arrival
+	}
+	s.Queries++
+	if q.Skipped {
+		s.AggregatorSkipped++
+	}
+	s.SkippedCalls += q.SkippedCalls
+	t.lat = append(t.lat, q.Latency())
+	t.ttft = append(t.ttft, q.TTFT())
+	t.queue = append(t.queue, q.Queue)
+	if q.Gold != "" {
+		t.gold++
+		if q.Final == q.Gold {
+			t.right++
 		}
 	}
-	for _, l := range r.Loads {
+	t.first, t.last = min(t.first, q.Arrival), max(t.last, q.End)
+	if t.slo.Met(q) {
+		t.met++
+	}
+}
+
+// summary computes the headline figures with the run's loads and the accuracy of always
+// aggregating.
+func (t *Tally) summary(loads []LoadRecord, always float64) Summary {
+	s := t.s
+	s.ModelLoads = len(loads)
+	s.E2E, s.ExpertStage = t.e2e, t.stage
+	for _, l := range loads {
 		s.E2E = max(s.E2E, l.End)
 	}
 	s.AggregatorStage = s.E2E - s.ExpertStage
-	var right, gold int
-	lat := make([]float64, 0, len(r.Queries))
-	ttft := make([]float64, 0, len(r.Queries))
-	queue := make([]float64, 0, len(r.Queries))
-	for _, q := range r.Queries {
-		if q.Skipped {
-			s.AggregatorSkipped++
-		}
-		s.SkippedCalls += q.SkippedCalls
-		lat = append(lat, q.Latency().Seconds())
-		ttft = append(ttft, q.TTFT().Seconds())
-		queue = append(queue, q.Queue.Seconds())
-		if q.Gold != "" {
-			gold++
-			if q.Final == q.Gold {
-				right++
-			}
+	s.Latency, s.TTFT, s.Queue = latencyStats(t.lat), latencyStats(t.ttft), latencyStats(t.queue)
+	if s.Queries > 0 {
+		if span := (t.last - t.first).Seconds(); span > 0 {
+			s.Throughput = float64(s.Queries) / span
 		}
 	}
-	s.Latency, s.TTFT, s.Queue = NewLatencyStats(lat), NewLatencyStats(ttft), NewLatencyStats(queue)
-	if len(r.Queries) > 0 {
-		first, last := r.Queries[0].Arrival, time.Duration(0)
-		for _, q := range r.Queries {
-			first, last = min(first, q.Arrival), max(last, q.End)
-		}
-		if span := (last - first).Seconds(); span > 0 {
-			s.Throughput = float64(len(r.Queries)) / span
-		}
-	}
-	s.Accuracy = ratio(right, gold)
-	s.AccuracyDeltaPP = 100 * (s.Accuracy - r.AlwaysAggregate)
+	s.Accuracy = ratio(t.right, t.gold)
+	s.AccuracyDeltaPP = 100 * (s.Accuracy - always)
 	if s.E2E > 0 {
-		s.GPUBusyFrac = r.BusyTime().Seconds() / (float64(r.Workers) * s.E2E.Seconds())
+		s.GPUBusyFrac = t.busy.Seconds() / (float64(t.workers) * s.E2E.Seconds())
 	}
 	return s
+}
+
+// attainment is Result.Attainment under the tally's SLO.
+func (t *Tally) attainment() (share, goodput float64) {
+	if t.s.Queries == 0 {
+		return nan(), nan()
+	}
+	share = float64(t.met) / float64(t.s.Queries)
+	goodput = nan()
+	if span := (t.last - t.first).Seconds(); span > 0 {
+		goodput = float64(t.met) / span
+	}
+	return share, goodput
+}
+
+// latencyStats summarises durations as NewLatencyStats summarises their seconds, sorting them
+// in place (seconds keep the durations' order, so the sorted seconds are the same).
+func latencyStats(d []time.Duration) LatencyStats {
+	if len(d) == 0 {
+		return LatencyStats{}
+	}
+	slices.Sort(d)
+	rank := func(q float64) float64 {
+		i := int(math.Ceil(q*float64(len(d)))) - 1
+		return d[min(len(d)-1, max(0, i))].Seconds()
+	}
+	sum := 0.0
+	for _, v := range d {
+		sum += v.Seconds()
+	}
+	return LatencyStats{Mean: sum / float64(len(d)), P50: rank(0.5), P90: rank(0.9), P99: rank(0.99), Max: d[len(d)-1].Seconds()}
+}
+
+// StageEnds gives, by layer and worker, when the last call of the layer that ran there ended
+// (0: none): what planned stages are checked against.
+func (r *Result) StageEnds() [][]time.Duration {
+	if r.tally != nil {
+		return r.tally.ends
+	}
+	t := NewTally(r.Workers, SLO{})
+	for i := range r.Calls {
+		t.Call(&r.Calls[i])
+	}
+	return t.ends
 }
 
 // BusyTime is the workers' busy time summed: the length of their busy intervals
@@ -357,105 +458,179 @@ type Interval struct {
 
 // WorkerIntervals splits every worker's time from 0 to the end of the run into load, busy and
 // idle intervals, ordered by worker and time. A call is in service from its start (first
-// scheduled) to its end.
+// scheduled) to its end. A streamed Result has none (they went to its Sink).
 func (r *Result) WorkerIntervals() []Interval {
+	if r.tally != nil {
+		return nil
+	}
 	var end time.Duration
-	per := make([][]int32, r.Workers) // indices into r.Calls
+	lines := make([]timeline, r.Workers)
+	for w := range lines {
+		lines[w].w = WorkerID(w)
+	}
+	var models []string
 	for i := range r.Calls {
 		c := &r.Calls[i]
 		end = max(end, c.Timing.End)
-		if c.Worker >= 0 {
-			per[c.Worker] = append(per[c.Worker], int32(i))
+		if c.Worker < 0 || c.Timing.End <= c.Timing.Started {
+			continue
 		}
+		m := slices.Index(models, c.Call.Model)
+		if m < 0 {
+			m = len(models)
+			models = append(models, c.Call.Model)
+		}
+		lines[c.Worker].add(c.Timing.Started, c.Timing.End, int32(m))
 	}
-	loads := make([][]LoadRecord, r.Workers)
 	for _, l := range r.Loads {
-		loads[l.Worker] = append(loads[l.Worker], l)
+		lines[l.Worker].addLoad(l)
 		end = max(end, l.End)
 	}
 	var out []Interval
-	var edges []edge
-	for w := 0; w < r.Workers; w++ {
-		var spans []Interval
-		for _, l := range loads[w] {
-			spans = append(spans, Interval{Worker: WorkerID(w), Kind: "load", Model: l.Model, Start: l.Start, End: l.End})
-		}
-		spans, edges = r.busySpans(WorkerID(w), per[w], spans, edges)
-		slices.SortStableFunc(spans, func(a, b Interval) int { return cmp.Compare(a.Start, b.Start) })
-		var t time.Duration
-		for _, sp := range spans {
-			if sp.Start > t {
-				out = append(out, Interval{Worker: WorkerID(w), Kind: "idle", Start: t, End: sp.Start})
-			}
-			out = append(out, sp)
-			t = max(t, sp.End)
-		}
-		if t < end {
-			out = append(out, Interval{Worker: WorkerID(w), Kind: "idle", Start: t, End: end})
-		}
+	for w := range lines {
+		_ = lines[w].finish(end, models, func(iv Interval) error {
+			out = append(out, iv)
+			return nil
+		})
 	}
 	return out
 }
 
+// timeline builds one worker's intervals from the calls it served (each from its start to its
+// end) and its loads, a stretch at a time: advance turns the calls' edges before a bound into
+// busy intervals and hands on, in time order, the intervals that start before it (with the
+// idle ones between), so that a run can give them out as it goes.
+type timeline struct {
+	w WorkerID
+	// edges are the calls' edges not yet turned into intervals.
+	edges []edge
+	// The busy interval under way: n calls in service, its span so far, the area under the
+	// number in service, the last edge's time and the models served.
+	n      int
+	cur    Interval
+	area   float64
+	last   time.Duration
+	models []string
+	// busy are the busy intervals ended and loads the loads (by start, in order of their
+	// ends among equal starts), not yet handed on; t is where the handed-on timeline ends.
+	busy, loads []Interval
+	t           time.Duration
+	// due is how many edges make the next stretch worth building (a streamed run).
+	due int
+}
+
 // edge is a call entering or leaving service at a time: key is twice the time, plus one for
-// an entry, so that sorting by key alone puts a time's exits before its entries.
+// an entry, so that sorting by key alone puts a time's exits before its entries; model
+// numbers the call's model.
 type edge struct {
-	key  int64
-	call int32
+	key   int64
+	model int32
 }
 
 func (e edge) at() time.Duration { return time.Duration(e.key >> 1) }
 func (e edge) entry() bool       { return e.key&1 == 1 }
 
-// busySpans appends to spans the busy intervals of worker w (merging the service spans of
-// calls, the indices of r.Calls it served) with their mean batch. edges is scratch space.
-func (r *Result) busySpans(w WorkerID, calls []int32, spans []Interval, edges []edge) ([]Interval, []edge) {
-	edges = edges[:0]
-	for _, i := range calls {
-		c := &r.Calls[i]
-		if c.Timing.End <= c.Timing.Started {
-			continue
-		}
-		edges = append(edges, edge{int64(c.Timing.Started)<<1 | 1, i}, edge{int64(c.Timing.End) << 1, i})
+// add adds a call in service from start to end (end > start).
+func (tl *timeline) add(start, end time.Duration, model int32) {
+	tl.edges = append(tl.edges, edge{int64(start)<<1 | 1, model}, edge{int64(end) << 1, model})
+}
+
+// addLoad adds a load: after the loads that start no later, as a stable sort by start of the
+// loads in the order they ended keeps them.
+func (tl *timeline) addLoad(l LoadRecord) {
+	iv := Interval{Worker: l.Worker, Kind: "load", Model: l.Model, Start: l.Start, End: l.End}
+	i := len(tl.loads)
+	for i > 0 && tl.loads[i-1].Start > iv.Start {
+		i--
 	}
+	tl.loads = slices.Insert(tl.loads, i, iv)
+}
+
+// advance builds the busy intervals from the edges before bound, then hands to emit, in
+// order, the intervals that start before bound and before the busy interval still under way
+// (no later call or load can start before bound). models names the edges' models.
+func (tl *timeline) advance(bound time.Duration, models []string, emit func(Interval) error) error {
 	// Ends before starts at the same instant. The order among edges of one instant and one
 	// kind changes nothing below (they add no area, and a span opens at the first start and
 	// closes at the last end), so an unstable sort is enough.
-	slices.SortFunc(edges, func(a, b edge) int { return cmp.Compare(a.key, b.key) })
-	n := 0
-	var cur Interval
-	var area float64
-	var last time.Duration
-	var models []string // distinct models of the current span (a worker serves a few)
-	for _, e := range edges {
+	slices.SortFunc(tl.edges, func(a, b edge) int { return cmp.Compare(a.key, b.key) })
+	i := 0
+	for ; i < len(tl.edges) && tl.edges[i].at() < bound; i++ {
+		e := tl.edges[i]
 		t := e.at()
-		if n > 0 {
-			area += float64(n) * (t - last).Seconds()
+		if tl.n > 0 {
+			tl.area += float64(tl.n) * (t - tl.last).Seconds()
 		}
-		last = t
+		tl.last = t
 		if e.entry() {
-			if n == 0 {
-				cur = Interval{Worker: w, Kind: "busy", Start: t}
-				area = 0
-				models = models[:0]
+			if tl.n == 0 {
+				tl.cur = Interval{Worker: tl.w, Kind: "busy", Start: t}
+				tl.area = 0
+				tl.models = tl.models[:0]
 			}
-			if m := r.Calls[e.call].Call.Model; !slices.Contains(models, m) {
-				models = append(models, m)
+			if m := models[e.model]; !slices.Contains(tl.models, m) {
+				tl.models = append(tl.models, m)
 			}
-			n++
+			tl.n++
 		} else {
-			n--
+			tl.n--
 		}
-		if n == 0 {
-			cur.End = t
-			if d := (cur.End - cur.Start).Seconds(); d > 0 {
-				cur.MeanBatch = area / d
+		if tl.n == 0 {
+			tl.cur.End = t
+			if d := (tl.cur.End - tl.cur.Start).Seconds(); d > 0 {
+				tl.cur.MeanBatch = tl.area / d
 			}
-			cur.Model = joinKeys(models)
-			spans = append(spans, cur)
+			tl.cur.Model = joinKeys(tl.models)
+			tl.busy = append(tl.busy, tl.cur)
 		}
 	}
-	return spans, edges
+	tl.edges = tl.edges[:copy(tl.edges, tl.edges[i:])]
+	if tl.n > 0 {
+		bound = min(bound, tl.cur.Start)
+	}
+	// Loads and busy intervals by start, loads first among equal starts (a stable sort of
+	// the loads followed by the busy intervals), idle time between them.
+	nl, nb := 0, 0
+	for {
+		var iv Interval
+		switch {
+		case nl < len(tl.loads) && (nb == len(tl.busy) || tl.loads[nl].Start <= tl.busy[nb].Start):
+			iv = tl.loads[nl]
+		case nb < len(tl.busy):
+			iv = tl.busy[nb]
+		}
+		if iv.Kind == "" || iv.Start >= bound {
+			break
+		}
+		if iv.Kind == "load" {
+			nl++
+		} else {
+			nb++
+		}
+		if iv.Start > tl.t {
+			if err := emit(Interval{Worker: tl.w, Kind: "idle", Start: tl.t, End: iv.Start}); err != nil {
+				return err
+			}
+		}
+		if err := emit(iv); err != nil {
+			return err
+		}
+		tl.t = max(tl.t, iv.End)
+	}
+	tl.loads = tl.loads[:copy(tl.loads, tl.loads[nl:])]
+	tl.busy = tl.busy[:copy(tl.busy, tl.busy[nb:])]
+	return nil
+}
+
+// finish hands on the rest of the timeline, up to end (the end of the run).
+func (tl *timeline) finish(end time.Duration, models []string, emit func(Interval) error) error {
+	if err := tl.advance(math.MaxInt64, models, emit); err != nil {
+		return err
+	}
+	if tl.t < end {
+		return emit(Interval{Worker: tl.w, Kind: "idle", Start: tl.t, End: end})
+	}
+	return nil
 }
 
 // joinKeys joins distinct names in sorted order with "+"; it sorts names in place.
@@ -505,8 +680,12 @@ func (o SLO) Met(q QueryOutcome) bool {
 
 // Attainment is the share of the result's queries that meet the SLO, and Goodput the rate of
 // such queries per second over the span from the first arrival to the last query's end
-// (NaN without queries).
+// (NaN without queries). A streamed Result answers under the SLO its run was given
+// (Driver.Stream) whatever o says.
 func (r *Result) Attainment(o SLO) (share, goodput float64) {
+	if r.tally != nil {
+		return r.tally.attainment()
+	}
 	if len(r.Queries) == 0 {
 		return nan(), nan()
 	}

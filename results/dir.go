@@ -20,7 +20,12 @@ type Dir struct {
 
 	mu        sync.Mutex
 	appenders map[string]*appender
+	// streams are the tables being written in sections (OpenStream), not yet committed.
+	streams map[aborter]struct{}
 }
+
+// aborter is a Stream, whatever its rows.
+type aborter interface{ abort() }
 
 // Open creates dir if needed and locks it; command describes this process for the error
 // another one gets while it holds the lock (e.g. "mosaic replay exp.toml -o out"; "": the
@@ -33,7 +38,7 @@ func Open(dir, command string) (*Dir, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dir{path: dir, lock: f, appenders: map[string]*appender{}}, nil
+	return &Dir{path: dir, lock: f, appenders: map[string]*appender{}, streams: map[aborter]struct{}{}}, nil
 }
 
 // Path is the folder.
@@ -42,10 +47,14 @@ func (d *Dir) Path() string { return d.path }
 // File is the path of a file of the folder.
 func (d *Dir) File(name string) string { return filepath.Join(d.path, name) }
 
-// Close closes the appended files and releases the lock.
+// Close closes the appended files, removes what streams not committed wrote (OpenStream) and
+// releases the lock.
 func (d *Dir) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	for s := range d.streams {
+		s.abort()
+	}
 	var errs []error
 	for name, a := range d.appenders {
 		errs = append(errs, a.close())

@@ -12,12 +12,15 @@
 //
 // A Dir owns a results folder while a command writes it: an exclusive OS lock held for the
 // writer's life (released by the kernel when the process ends, however it ends), whole-file
-// writes through a temporary file renamed into place (Write), rows appended as they are
+// writes through a temporary file renamed into place (Write), whole files written as their
+// rows come, in sections joined in order and renamed into place once complete (OpenStream,
+// for a streamed simulation's calls, queries and worker intervals), rows appended as they are
 // measured (Append), and the supersession of one policy's rows when it runs again (Supersede,
 // for a resumed replay). Every command that writes a results folder (`mosaic sim -o`, sweeps,
 // `mosaic merge`, `mosaic replay`) writes it through a Dir, so two processes never write one
 // folder at once and a folder never holds two rows for one call.
 //
 // Reading guide: schema.go (the rows and their headers), read.go (the readers), dir.go and
-// lock.go (the writer), sensitivity.go (a sensitivity analysis's rows).
+// lock.go (the writer), stream.go (tables written as their rows come), sensitivity.go (a
+// sensitivity analysis's rows).
 package results

@@ -18,9 +18,10 @@ package simulated
 import (
 	"context"
 	"fmt"
-	"slices"
+	"math"
 	"time"
 
+	"github.com/mosaic-sched/mosaic/internal/sparse"
 	"github.com/mosaic-sched/mosaic/policies/backend"
 	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/traces"
@@ -102,54 +103,26 @@ type Cluster struct {
 	// is queued in out, and is free for another call once out has been drained (the events
 	// point into it until they are consumed).
 	free, retired []*callInfo
-	// calls are the states of the calls in flight by call ID: a slice for the IDs a workload
-	// numbers densely from 0, a map for IDs far past those seen (a hash lookup per iteration
-	// output was a twentieth of a large run).
-	calls  []*callInfo
-	sparse map[uint64]*callInfo
+	// calls are the states of the calls in flight by call ID, in pages held only while a call
+	// in flight needs them (a hash lookup per iteration output was a twentieth of a large
+	// run, and a slice by ID grows with the run).
+	calls sparse.Slice[*callInfo]
 }
 
-// denseGap is how far past the slice's end a call ID may be and still grow it (by at most
-// twice its length and this), so that the slice is never much longer than the IDs in use.
-const denseGap = 4096
-
-// info returns the state of call id in flight (nil: none). An ID the slice has grown over
-// since it was recorded is still in the map.
+// info returns the state of call id in flight (nil: none).
 func (c *Cluster) info(id uint64) *callInfo {
-	if id < uint64(len(c.calls)) {
-		if ci := c.calls[id]; ci != nil {
-			return ci
-		}
+	if id > math.MaxInt {
+		return nil
 	}
-	return c.sparse[id]
+	return c.calls.Get(int(id))
 }
 
 // setInfo records the state of call id in flight; nil forgets it.
 func (c *Cluster) setInfo(id uint64, ci *callInfo) {
-	if ci == nil {
-		if id < uint64(len(c.calls)) {
-			c.calls[id] = nil
-		}
-		delete(c.sparse, id)
-		return
+	if id > math.MaxInt {
+		return // no call has such an ID (they are ints)
 	}
-	if id < uint64(len(c.calls)) {
-		c.calls[id] = ci
-		return
-	}
-	if id >= 2*uint64(len(c.calls))+denseGap {
-		if c.sparse == nil {
-			c.sparse = map[uint64]*callInfo{}
-		}
-		c.sparse[id] = ci
-		return
-	}
-	old := len(c.calls)
-	if int(id) >= cap(c.calls) {
-		c.calls = slices.Grow(c.calls, max(int(id)+1, 2*cap(c.calls))-old) // doubling
-	}
-	c.calls = c.calls[:id+1]
-	c.calls[id] = ci
+	c.calls.Set(int(id), ci)
 }
 
 // on returns the state of call id if it is in flight on engine e (nil otherwise).

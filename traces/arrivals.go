@@ -73,45 +73,80 @@ func (a Arrivals) Validate() error {
 // "arrivals" of seed; each query arrives one gap after the previous one (the first one gap
 // after time 0). Times have microsecond resolution.
 func (a Arrivals) Apply(wl *Workload, seed uint64) error {
-	if err := a.Validate(); err != nil {
+	c, err := a.clock(seed)
+	if err != nil {
 		return err
 	}
-	if a.Offline() {
-		for i := range wl.Queries {
-			wl.Queries[i].Arrival = 0
+	for i := range wl.Queries {
+		if wl.Queries[i].Arrival, err = c.next(i); err != nil {
+			return err
 		}
-		return nil
 	}
-	r := genStream(seed, "arrivals")
-	scale := 1.0
+	return nil
+}
+
+// arrivalClock draws the arrival times of a workload's queries one at a time, in query order
+// (Apply, and a Stream's queries).
+type arrivalClock struct {
+	a Arrivals
+	r *rand.Rand
+	// scale stretches a trace's gaps to the rate; now is the last arrival in seconds.
+	scale, now float64
+}
+
+// clock validates the settings and returns the clock of seed's arrivals.
+func (a Arrivals) clock(seed uint64) (*arrivalClock, error) {
+	if err := a.Validate(); err != nil {
+		return nil, err
+	}
+	c := &arrivalClock{a: a, scale: 1}
+	if a.Offline() {
+		return c, nil
+	}
+	c.r = genStream(seed, "arrivals")
 	if a.Process == ArrivalsTrace && a.Rate > 0 {
 		mean := 0.0
 		for _, g := range a.Gaps {
 			mean += g
 		}
 		mean /= float64(len(a.Gaps))
-		scale = 1 / (a.Rate * mean)
+		c.scale = 1 / (a.Rate * mean)
 	}
-	now := 0.0
-	for i := range wl.Queries {
-		var gap float64
-		switch a.Process {
-		case ArrivalsGamma:
-			k := 1 / (a.CV * a.CV)
-			gap = gammaDraw(r, k) / (k * a.Rate)
-		case ArrivalsTrace:
-			gap = a.Gaps[i%len(a.Gaps)] * scale
-		default:
-			gap = r.ExpFloat64() / a.Rate
-		}
-		now += gap
-		t := time.Duration(math.Round(now*1e6)) * time.Microsecond
-		if t > MaxArrival {
-			return fmt.Errorf("query %d would arrive at %v, later than %v: raise the rate", i, t, MaxArrival)
-		}
-		wl.Queries[i].Arrival = t
+	return c, nil
+}
+
+// next is the arrival time of query i, the one after the last drawn (0 offline).
+func (c *arrivalClock) next(i int) (time.Duration, error) {
+	a := &c.a
+	if a.Offline() {
+		return 0, nil
 	}
-	return nil
+	var gap float64
+	switch a.Process {
+	case ArrivalsGamma:
+		k := 1 / (a.CV * a.CV)
+		gap = gammaDraw(c.r, k) / (k * a.Rate)
+	case ArrivalsTrace:
+		gap = a.Gaps[i%len(a.Gaps)] * c.scale
+	default:
+		gap = c.r.ExpFloat64() / a.Rate
+	}
+	c.now += gap
+	t := time.Duration(math.Round(c.now*1e6)) * time.Microsecond
+	if t > MaxArrival {
+		return 0, &LateArrivalError{Query: i, At: t}
+	}
+	return t, nil
+}
+
+// LateArrivalError says a query would arrive after MaxArrival.
+type LateArrivalError struct {
+	Query int
+	At    time.Duration
+}
+
+func (e *LateArrivalError) Error() string {
+	return fmt.Sprintf("query %d would arrive at %v, later than %v: raise the rate", e.Query, e.At, MaxArrival)
 }
 
 // gammaDraw draws Gamma(shape k, scale 1) by Marsaglia and Tsang's method (boosted by U^(1/k)

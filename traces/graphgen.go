@@ -155,24 +155,13 @@ func (g *GraphSpec) validate() error {
 // ("questions", "prompts", "gold", "votes", "aggregator", "lengths", "tools"), so the same
 // spec and seed always give the same workload. Every query arrives at time 0 (see Arrivals).
 func GenerateGraph(spec GraphSpec, seed uint64) (*Workload, error) {
-	if err := spec.validate(); err != nil {
-		return nil, err
-	}
-	tpw := spec.TokensPerWord
-	if tpw == 0 {
-		tpw = DefaultTokensPerWord
-	}
 	g, err := newGraphGen(&spec, seed)
 	if err != nil {
 		return nil, err
 	}
-	sources, err := spec.drawSources(tpw, g.questions, g.prompts)
-	if err != nil {
-		return nil, err
-	}
-	wl := &Workload{Name: spec.Name, Queries: make([]Query, len(sources))}
-	for qi, src := range sources {
-		if err := g.query(&wl.Queries[qi], qi, src); err != nil {
+	wl := &Workload{Name: spec.Name, Queries: make([]Query, g.queries())}
+	for qi := range wl.Queries {
+		if err := g.next(&wl.Queries[qi], qi); err != nil {
 			return nil, err
 		}
 	}
@@ -198,8 +187,13 @@ type graphGen struct {
 	logits []float64
 	// synth is the copy of spec.Synth every synthesising call of the workload points to.
 	synth Synthesizer
-	// The named random streams (see GenerateGraph).
+	// The named random streams (see GenerateGraph), and the questions picked (with a
+	// question list).
 	questions, prompts, goldStream, votes, aggStream, lengths, tools *rand.Rand
+	picks                                                            []int
+	// tpw is the tokens per word of questions, dataset the queries' dataset without them.
+	tpw     float64
+	dataset string
 	// forward and answers are, by node, the tokens a node's readers get and its answer in the
 	// query being drawn; in is scratch for a node's input answers.
 	forward []int
@@ -210,6 +204,9 @@ type graphGen struct {
 // newGraphGen prepares the drawing of spec's queries from seed: it checks the number of answer
 // options, works out which nodes answer and their logits, and opens the random streams.
 func newGraphGen(spec *GraphSpec, seed uint64) (*graphGen, error) {
+	if err := spec.validate(); err != nil {
+		return nil, err
+	}
 	v := spec.Votes
 	if v.Options == 0 {
 		v.Options = DefaultOptions
@@ -217,7 +214,13 @@ func newGraphGen(spec *GraphSpec, seed uint64) (*graphGen, error) {
 	if v.Options < 2 || v.Options > MaxOptions {
 		return nil, fmt.Errorf("workload %q: votes: options must be in [2, %d], got %d", spec.Name, MaxOptions, v.Options)
 	}
-	g := &graphGen{spec: spec, voteSpec: v, letters: make([]string, v.Options)}
+	g := &graphGen{spec: spec, voteSpec: v, letters: make([]string, v.Options), tpw: spec.TokensPerWord, dataset: spec.Dataset}
+	if g.tpw == 0 {
+		g.tpw = DefaultTokensPerWord
+	}
+	if g.dataset == "" {
+		g.dataset = spec.Name
+	}
 	for i := range g.letters {
 		g.letters[i] = answerLetter(i)
 	}
@@ -233,10 +236,30 @@ func newGraphGen(spec *GraphSpec, seed uint64) (*graphGen, error) {
 	}
 	g.questions, g.prompts, g.goldStream = genStream(seed, "questions"), genStream(seed, "prompts"), genStream(seed, "gold")
 	g.votes, g.aggStream, g.lengths, g.tools = genStream(seed, "votes"), genStream(seed, "aggregator"), genStream(seed, "lengths"), genStream(seed, "tools")
+	if spec.Questions != nil {
+		g.picks = pickQuestions(len(spec.Questions), spec.Queries, g.questions)
+	}
 	g.synth = spec.Synth
 	g.forward = make([]int, len(spec.Nodes))
 	g.answers = make([]string, len(spec.Nodes))
 	return g, nil
+}
+
+// queries is the number of queries the spec draws.
+func (g *graphGen) queries() int {
+	if g.spec.Questions != nil {
+		return len(g.picks)
+	}
+	return g.spec.Queries
+}
+
+// next draws query qi (the one after the last drawn) into q: its source, then its calls.
+func (g *graphGen) next(q *Query, qi int) error {
+	src, err := g.source(qi)
+	if err != nil {
+		return err
+	}
+	return g.query(q, qi, src)
 }
 
 // graphSource is where a query of a graph workload comes from: its dataset, category and gold
@@ -246,30 +269,18 @@ type graphSource struct {
 	question                int
 }
 
-// drawSources draws the queries' sources: questions picked from the question list (its words
-// converted at tpw tokens per word), or else Queries question lengths drawn from PromptTokens.
-func (g *GraphSpec) drawSources(tpw float64, questions, prompts *rand.Rand) ([]graphSource, error) {
-	dataset := g.Dataset
-	if dataset == "" {
-		dataset = g.Name
+// source draws query qi's source (in query order): its picked question (its words converted
+// at the spec's tokens per word), or else a question length drawn from PromptTokens.
+func (g *graphGen) source(qi int) (graphSource, error) {
+	if g.spec.Questions != nil {
+		q := g.spec.Questions[g.picks[qi]]
+		return graphSource{q.Dataset, q.Category, q.Gold, int(math.Round(float64(q.Words) * g.tpw))}, nil
 	}
-	var sources []graphSource
-	if g.Questions != nil {
-		for _, qi := range pickQuestions(len(g.Questions), g.Queries, questions) {
-			q := g.Questions[qi]
-			sources = append(sources, graphSource{q.Dataset, q.Category, q.Gold, int(math.Round(float64(q.Words) * tpw))})
-		}
-		return sources, nil
+	n, err := drawLength(g.spec.PromptTokens, g.prompts)
+	if err != nil {
+		return graphSource{}, fmt.Errorf("workload %q: prompt tokens: %w", g.spec.Name, err)
 	}
-	sources = make([]graphSource, g.Queries)
-	for i := range sources {
-		n, err := drawLength(g.PromptTokens, prompts)
-		if err != nil {
-			return nil, fmt.Errorf("workload %q: prompt tokens: %w", g.Name, err)
-		}
-		sources[i] = graphSource{dataset: dataset, question: n}
-	}
-	return sources, nil
+	return graphSource{dataset: g.dataset, question: n}, nil
 }
 
 // graphQuery is what the calls of one query share: its question's length, its gold answer,

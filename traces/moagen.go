@@ -448,56 +448,16 @@ func newPlan(spec GenSpec, seed uint64) (*plan, error) {
 		return nil, err
 	}
 	p := &plan{spec: s, seed: seed, votes: s.Votes}
-	letters := make([]string, s.Votes.Options)
-	for i := range letters {
-		letters[i] = answerLetter(i)
-	}
-	wrongWithout := map[string][]string{}
-	wrongOf := func(gold string) []string {
-		if w, ok := wrongWithout[gold]; ok {
-			return w
-		}
-		w := slices.DeleteFunc(slices.Clone(letters), func(l string) bool { return l == gold })
-		wrongWithout[gold] = w
-		return w
-	}
-	goldStream := genStream(seed, "gold")
+	d := newDrawer(&p.spec, seed)
 	fail := func(format string, args ...any) (*plan, error) {
 		return nil, fmt.Errorf("workload %q: %s", s.Name, fmt.Sprintf(format, args...))
 	}
 
 	// Questions: prompt, skill and gold of every query.
-	if s.Questions != nil {
-		for _, qi := range pickQuestions(len(s.Questions), s.Queries, genStream(seed, "questions")) {
-			q := s.Questions[qi]
-			pq := planQuery{dataset: q.Dataset, skill: q.Category, gold: q.Gold}
-			if pq.skill == "" {
-				pq.skill = q.Dataset
-			}
-			pq.question = int(math.Round(float64(q.Words) * s.TokensPerWord))
-			pq.prompt = max(1, pq.question+s.TemplateTokens)
-			pq.question = min(pq.question, pq.prompt)
-			if pq.gold == "" {
-				pq.gold = letters[goldStream.IntN(len(letters))]
-			} else if len(pq.gold) == 1 && pq.gold[0] >= 'A' && pq.gold[0] <= 'Z' && int(pq.gold[0]-'A') >= len(letters) {
-				return fail("%s question %d has gold answer %q, outside the %d answer letters A-%s (set votes.options)",
-					q.Dataset, q.Index, q.Gold, len(letters), letters[len(letters)-1])
-			}
-			p.queries = append(p.queries, pq)
-		}
-	} else {
-		skills, prompts := genStream(seed, "skills"), genStream(seed, "prompts")
-		p.queries = make([]planQuery, s.Queries)
-		for i := range p.queries {
-			pq := &p.queries[i]
-			pq.dataset = s.Dataset
-			pq.skill = s.Skills[skills.IntN(len(s.Skills))]
-			n, err := drawLength(s.PromptTokens, prompts)
-			if err != nil {
-				return fail("prompt tokens: %v", err)
-			}
-			pq.prompt, pq.question = n+s.TemplateTokens, n
-			pq.gold = letters[goldStream.IntN(len(letters))]
+	p.queries = make([]planQuery, d.queries())
+	for i := range p.queries {
+		if err := d.source(i, &p.queries[i]); err != nil {
+			return nil, err
 		}
 	}
 
@@ -509,57 +469,174 @@ func newPlan(spec GenSpec, seed uint64) (*plan, error) {
 			return fail("routing: %v", err)
 		}
 	}
-	global := GlobalWeights(s.Experts, s.Skew)
-	cumulative := map[string][]float64{}
-	skillRoute := map[string][]float64{}
-	routing := genStream(seed, "routing")
-	votes := genStream(seed, "votes")
 	for i := range p.queries {
-		pq := &p.queries[i]
-		pq.wrong = wrongOf(pq.gold)
-		var cum []float64
+		var route []float64
 		if keywordRoutes != nil {
-			pq.route = keywordRoutes[i]
-			cum = cumulate(pq.route)
-		} else {
-			var ok bool
-			if cum, ok = cumulative[pq.skill]; !ok {
-				cum = cumulate(SkillProfile(global, s.SkillSpread, pq.skill, seed))
-				cumulative[pq.skill] = cum
-				route := make([]float64, len(cum))
-				for e := range route {
-					route[e] = cum[e] / cum[len(cum)-1]
-					if e > 0 {
-						route[e] -= cum[e-1] / cum[len(cum)-1]
-					}
-				}
-				skillRoute[pq.skill] = route
-			}
-			pq.route = skillRoute[pq.skill]
+			route = keywordRoutes[i]
 		}
-		pq.experts = make([]int, s.K)
-		for j := range pq.experts {
-			pq.experts[j] = pickWeighted(cum, routing.Float64())
-		}
-		pq.z, pq.attractor = votes.NormFloat64(), votes.Float64()
-		pq.u = make([][3]float64, s.K)
-		for j := range pq.u {
-			pq.u[j] = [3]float64{votes.Float64(), votes.Float64(), votes.Float64()}
-		}
+		d.route(&p.queries[i], route)
 	}
 	p.acc = map[string][]float64{}
 	for i := range p.queries {
-		sk := p.queries[i].skill
-		if _, ok := p.acc[sk]; ok {
-			continue
-		}
-		a := make([]float64, len(s.Experts))
-		for e := range s.Experts {
-			a[e] = s.Experts[e].accuracyOn(sk)
-		}
-		p.acc[sk] = a
+		p.addSkill(p.queries[i].skill)
 	}
 	return p, nil
+}
+
+// addSkill records the experts' accuracies on a skill (once).
+func (p *plan) addSkill(sk string) {
+	if _, ok := p.acc[sk]; ok {
+		return
+	}
+	s := &p.spec
+	a := make([]float64, len(s.Experts))
+	for e := range s.Experts {
+		a[e] = s.Experts[e].accuracyOn(sk)
+	}
+	p.acc[sk] = a
+}
+
+// drawer draws the plan of one query at a time: its question (source), then its experts and
+// vote draws (route). Each named stream is read in query order and by no one else, so a whole
+// workload's plan (newPlan: every source, then every route) and a streamed one (each query's
+// source and route in turn) make the same draws.
+type drawer struct {
+	s       *GenSpec
+	seed    uint64
+	letters []string
+	// wrong memoizes the wrong answer letters of each gold answer.
+	wrong map[string][]string
+	// picks are the questions' indices in query order (with a question list).
+	picks                          []int
+	gold, skills, prompts, routing *rand.Rand
+	votes                          *rand.Rand
+	// global are the experts' global routing weights; cumulative their cumulated weights
+	// per skill, and skillRoute each skill's routing probabilities.
+	global                 []float64
+	cumulative, skillRoute map[string][]float64
+}
+
+// newDrawer opens the streams of a normalized spec's query draws.
+func newDrawer(s *GenSpec, seed uint64) *drawer {
+	d := &drawer{s: s, seed: seed, letters: make([]string, s.Votes.Options), wrong: map[string][]string{},
+		gold: genStream(seed, "gold"), skills: genStream(seed, "skills"), prompts: genStream(seed, "prompts"),
+		routing: genStream(seed, "routing"), votes: genStream(seed, "votes"),
+		global: GlobalWeights(s.Experts, s.Skew), cumulative: map[string][]float64{}, skillRoute: map[string][]float64{}}
+	for i := range d.letters {
+		d.letters[i] = answerLetter(i)
+	}
+	if s.Questions != nil {
+		d.picks = pickQuestions(len(s.Questions), s.Queries, genStream(seed, "questions"))
+	}
+	return d
+}
+
+// queries is the number of queries the spec draws.
+func (d *drawer) queries() int {
+	if d.s.Questions != nil {
+		return len(d.picks)
+	}
+	return d.s.Queries
+}
+
+// wrongOf returns the answer letters without gold (shared: not to be modified).
+func (d *drawer) wrongOf(gold string) []string {
+	if w, ok := d.wrong[gold]; ok {
+		return w
+	}
+	w := slices.DeleteFunc(slices.Clone(d.letters), func(l string) bool { return l == gold })
+	d.wrong[gold] = w
+	return w
+}
+
+// source draws query i's question into pq: its dataset, skill, prompt and gold answer.
+func (d *drawer) source(i int, pq *planQuery) error {
+	s := d.s
+	if s.Questions != nil {
+		q := s.Questions[d.picks[i]]
+		*pq = planQuery{dataset: q.Dataset, skill: q.Category, gold: q.Gold, experts: pq.experts, u: pq.u}
+		if pq.skill == "" {
+			pq.skill = q.Dataset
+		}
+		pq.question = int(math.Round(float64(q.Words) * s.TokensPerWord))
+		pq.prompt = max(1, pq.question+s.TemplateTokens)
+		pq.question = min(pq.question, pq.prompt)
+		if pq.gold == "" {
+			pq.gold = d.letters[d.gold.IntN(len(d.letters))]
+		} else if len(pq.gold) == 1 && pq.gold[0] >= 'A' && pq.gold[0] <= 'Z' && int(pq.gold[0]-'A') >= len(d.letters) {
+			return fmt.Errorf("workload %q: %s question %d has gold answer %q, outside the %d answer letters A-%s (set votes.options)",
+				s.Name, q.Dataset, q.Index, q.Gold, len(d.letters), d.letters[len(d.letters)-1])
+		}
+		return nil
+	}
+	*pq = planQuery{dataset: s.Dataset, skill: d.skill(i), experts: pq.experts, u: pq.u}
+	n, err := drawLength(s.PromptTokens, d.prompts)
+	if err != nil {
+		return fmt.Errorf("workload %q: prompt tokens: %v", s.Name, err)
+	}
+	pq.prompt, pq.question = n+s.TemplateTokens, n
+	pq.gold = d.letters[d.gold.IntN(len(d.letters))]
+	return nil
+}
+
+// skill is query i's skill: its question's category (or dataset), or a draw from the skills.
+func (d *drawer) skill(i int) string {
+	if d.s.Questions != nil {
+		q := &d.s.Questions[d.picks[i]]
+		if q.Category == "" {
+			return q.Dataset
+		}
+		return q.Category
+	}
+	return d.s.Skills[d.skills.IntN(len(d.s.Skills))]
+}
+
+// route draws pq's k experts, with replacement, by the routing weights of its skill (or by
+// keyword, its keyword routing probabilities), and its vote draws. pq's slices are reused
+// when they have the length.
+func (d *drawer) route(pq *planQuery, keyword []float64) {
+	s := d.s
+	pq.wrong = d.wrongOf(pq.gold)
+	var cum []float64
+	if keyword != nil {
+		pq.route = keyword
+		cum = cumulate(pq.route)
+	} else {
+		cum = d.cum(pq.skill)
+		pq.route = d.skillRoute[pq.skill]
+	}
+	if len(pq.experts) != s.K {
+		pq.experts = make([]int, s.K)
+	}
+	for j := range pq.experts {
+		pq.experts[j] = pickWeighted(cum, d.routing.Float64())
+	}
+	pq.z, pq.attractor = d.votes.NormFloat64(), d.votes.Float64()
+	if len(pq.u) != s.K {
+		pq.u = make([][3]float64, s.K)
+	}
+	for j := range pq.u {
+		pq.u[j] = [3]float64{d.votes.Float64(), d.votes.Float64(), d.votes.Float64()}
+	}
+}
+
+// cum returns a skill's cumulated routing weights (its routing probabilities go to
+// skillRoute).
+func (d *drawer) cum(skill string) []float64 {
+	if cum, ok := d.cumulative[skill]; ok {
+		return cum
+	}
+	cum := cumulate(SkillProfile(d.global, d.s.SkillSpread, skill, d.seed))
+	d.cumulative[skill] = cum
+	route := make([]float64, len(cum))
+	for e := range route {
+		route[e] = cum[e] / cum[len(cum)-1]
+		if e > 0 {
+			route[e] -= cum[e-1] / cum[len(cum)-1]
+		}
+	}
+	d.skillRoute[skill] = route
+	return cum
 }
 
 // logitsAt returns the experts' logits per skill at difficulty d: those whose average over the
@@ -690,11 +767,58 @@ func voteAnswer(l, z, a float64, u [3]float64, ec, difficulty float64, nWrong in
 
 // build casts the votes, draws the aggregator answers and the lengths.
 func (p *plan) build() (*Workload, error) {
-	s := &p.spec
-	k := s.K
-	agg := &s.Aggregator
-	lengths := genStream(p.seed, "lengths")
+	b, err := p.newBuilder()
+	if err != nil {
+		return nil, err
+	}
 	aggU := p.aggregatorDraws()
+	wl := &Workload{Name: p.spec.Name, Queries: make([]Query, len(p.queries))}
+	for qi := range p.queries {
+		if err := b.query(&wl.Queries[qi], qi, &p.queries[qi], aggU[qi]); err != nil {
+			return nil, err
+		}
+	}
+	if err := wl.Finish(); err != nil {
+		return nil, err
+	}
+	return wl, nil
+}
+
+// builder casts the calls of one query at a time from its plan: the experts' answers under
+// the vote model, the aggregator's from theirs, and every length from the stream "lengths",
+// read in query order.
+type builder struct {
+	p       *plan
+	lengths *rand.Rand
+	// synth is the aggregator's answer model every aggregator call points to (nil without
+	// an aggregator); answers is scratch.
+	synth   *Synthesizer
+	answers []string
+	// The queries' calls, inputs and syntheses are carved from blocks (slab), a few
+	// allocations for many queries.
+	calls  []Call
+	inputs []Input
+	syns   []Synthesis
+}
+
+// slab is how many queries' worth of calls a block holds.
+const slab = 256
+
+// carve returns n elements of *block, with no room to append past them, allocating a block of
+// slab times n when it runs short.
+func carve[T any](block *[]T, n int) []T {
+	if len(*block) < n {
+		*block = make([]T, slab*n)
+	}
+	out := (*block)[:n:n]
+	*block = (*block)[n:]
+	return out
+}
+
+// newBuilder prepares the casting of the plan's queries: it fits the aggregator's answer
+// model when the spec asks for it.
+func (p *plan) newBuilder() (*builder, error) {
+	agg := &p.spec.Aggregator
 	synth := agg.synthesizer()
 	if agg.Fit != nil && agg.Model != "" {
 		fitted, err := p.fitAccuracy()
@@ -710,61 +834,64 @@ func (p *plan) build() (*Workload, error) {
 		cp.SplitAccuracy = sigmoidShift(marginalLogit(cp.SplitAccuracy, p.votes.Difficulty), 0)
 		synth = &cp
 	}
-	wl := &Workload{Name: s.Name, Queries: make([]Query, len(p.queries))}
-	answers := make([]string, k)
-	for qi := range p.queries {
-		pq := &p.queries[qi]
-		q := &wl.Queries[qi]
-		n := k
-		if agg.Model != "" {
-			n++
+	return &builder{p: p, lengths: genStream(p.seed, "lengths"), synth: synth, answers: make([]string, p.spec.K)}, nil
+}
+
+// query casts query qi from its plan pq and its two aggregator uniforms aggU into q (its
+// calls not yet numbered: see Workload.Finish).
+func (b *builder) query(q *Query, qi int, pq *planQuery, aggU [2]float64) error {
+	p := b.p
+	s := &p.spec
+	k := s.K
+	agg := &s.Aggregator
+	answers := b.answers
+	n := k
+	if agg.Model != "" {
+		n++
+	}
+	*q = Query{ID: qi, Dataset: pq.dataset, Category: pq.skill, Gold: pq.gold, Calls: carve(&b.calls, n)[:k]}
+	var inputs []Input
+	if agg.Model != "" {
+		inputs = carve(&b.inputs, k)
+	}
+	for j := range k {
+		e := &s.Experts[pq.experts[j]]
+		c := &q.Calls[j]
+		*c = Call{Role: RoleExpert, Model: e.Name, PromptTokens: pq.prompt, PrefixTokens: pq.question}
+		c.Answer = p.expertAnswer(pq, j)
+		answers[j] = c.Answer
+		var err error
+		if c.OutputTokens, err = drawLength(e.Output, b.lengths); err != nil {
+			return fmt.Errorf("workload %q: expert %q: output tokens: %w", s.Name, e.Name, err)
 		}
-		*q = Query{ID: qi, Dataset: pq.dataset, Category: pq.skill, Gold: pq.gold, Calls: make([]Call, k, n)}
-		var inputs []Input
-		if agg.Model != "" {
-			inputs = make([]Input, k)
-		}
-		for j := range k {
-			e := &s.Experts[pq.experts[j]]
-			c := &q.Calls[j]
-			*c = Call{Role: RoleExpert, Model: e.Name, PromptTokens: pq.prompt, PrefixTokens: pq.question}
-			c.Answer = p.expertAnswer(pq, j)
-			answers[j] = c.Answer
-			var err error
-			if c.OutputTokens, err = drawLength(e.Output, lengths); err != nil {
-				return nil, fmt.Errorf("workload %q: expert %q: output tokens: %w", s.Name, e.Name, err)
-			}
-			forward := c.OutputTokens
-			if e.Forward != nil {
-				f, err := drawLength(e.Forward, lengths)
-				if err != nil {
-					return nil, fmt.Errorf("workload %q: expert %q: forward tokens: %w", s.Name, e.Name, err)
-				}
-				forward = min(f, c.OutputTokens)
-			}
-			if inputs != nil {
-				inputs[j] = Input{From: j, Tokens: forward}
-			}
-		}
-		if agg.Model != "" {
-			syn := &Synthesis{By: synth, Gold: pq.gold, Wrong: pq.wrong, U: aggU[qi]}
-			if agg.Patterns != nil {
-				syn.Shift = p.votes.Difficulty * pq.z
-			}
-			c := Call{Role: RoleAggregator, Model: agg.Model, PromptTokens: pq.prompt + agg.TemplateTokens, PrefixTokens: pq.question,
-				Inputs: inputs, Answer: syn.Answer(answers), Gate: true, Synth: syn}
-			base, err := drawLength(agg.Output, lengths)
+		forward := c.OutputTokens
+		if e.Forward != nil {
+			f, err := drawLength(e.Forward, b.lengths)
 			if err != nil {
-				return nil, fmt.Errorf("workload %q: aggregator %q: output tokens: %w", s.Name, agg.Model, err)
+				return fmt.Errorf("workload %q: expert %q: forward tokens: %w", s.Name, e.Name, err)
 			}
-			c.OutputTokens = scaleAggregatorOutput(base, Confidence(answers), k, agg.DisagreementScale, agg.Output.Max())
-			q.Calls = append(q.Calls, c)
+			forward = min(f, c.OutputTokens)
+		}
+		if inputs != nil {
+			inputs[j] = Input{From: j, Tokens: forward}
 		}
 	}
-	if err := wl.Finish(); err != nil {
-		return nil, err
+	if agg.Model != "" {
+		syn := &carve(&b.syns, 1)[0]
+		*syn = Synthesis{By: b.synth, Gold: pq.gold, Wrong: pq.wrong, U: aggU}
+		if agg.Patterns != nil {
+			syn.Shift = p.votes.Difficulty * pq.z
+		}
+		c := Call{Role: RoleAggregator, Model: agg.Model, PromptTokens: pq.prompt + agg.TemplateTokens, PrefixTokens: pq.question,
+			Inputs: inputs, Answer: syn.Answer(answers), Gate: true, Synth: syn}
+		base, err := drawLength(agg.Output, b.lengths)
+		if err != nil {
+			return fmt.Errorf("workload %q: aggregator %q: output tokens: %w", s.Name, agg.Model, err)
+		}
+		c.OutputTokens = scaleAggregatorOutput(base, Confidence(answers), k, agg.DisagreementScale, agg.Output.Max())
+		q.Calls = append(q.Calls, c)
 	}
-	return wl, nil
+	return nil
 }
 
 // aggregatorDraws draws every query's two aggregator uniforms, in query order, from the

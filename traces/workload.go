@@ -224,54 +224,71 @@ func (q *Query) finish(firstID int) error {
 	for i := range q.Calls {
 		c := &q.Calls[i]
 		c.ID, c.Query, c.Node = firstID+i, q.ID, i
-		where := fmt.Sprintf("calls[%d]", i)
+		// where and iw name a call and an input in errors, made only for one.
+		where := func() string { return fmt.Sprintf("calls[%d]", i) }
 		switch {
 		case c.Model == "" && c.Tool <= 0:
-			return fmt.Errorf("%s: no model: an LLM call names its model, a tool step its duration", where)
+			return fmt.Errorf("%s: no model: an LLM call names its model, a tool step its duration", where())
 		case c.Model != "" && c.Tool != 0:
-			return fmt.Errorf("%s: both a model (%q) and a tool duration: a call is one or the other", where, c.Model)
+			return fmt.Errorf("%s: both a model (%q) and a tool duration: a call is one or the other", where(), c.Model)
 		case c.PromptTokens < 0:
-			return fmt.Errorf("%s: prompt tokens must not be negative, got %d", where, c.PromptTokens)
+			return fmt.Errorf("%s: prompt tokens must not be negative, got %d", where(), c.PromptTokens)
 		case c.Model != "" && c.OutputTokens <= 0:
-			return fmt.Errorf("%s: output tokens must be positive, got %d", where, c.OutputTokens)
+			return fmt.Errorf("%s: output tokens must be positive, got %d", where(), c.OutputTokens)
 		case c.Model == "" && (c.PromptTokens != 0 || c.OutputTokens != 0 || c.PrefixTokens != 0):
-			return fmt.Errorf("%s: a tool step has no prompt or output tokens", where)
+			return fmt.Errorf("%s: a tool step has no prompt or output tokens", where())
 		case c.PrefixTokens < 0 || c.PrefixTokens > c.PromptTokens:
-			return fmt.Errorf("%s: prefix tokens %d outside [0, prompt tokens = %d]", where, c.PrefixTokens, c.PromptTokens)
+			return fmt.Errorf("%s: prefix tokens %d outside [0, prompt tokens = %d]", where(), c.PrefixTokens, c.PromptTokens)
 		case c.Gate && len(c.Inputs) == 0:
-			return fmt.Errorf("%s: a gated call needs inputs whose answers decide whether it runs", where)
+			return fmt.Errorf("%s: a gated call needs inputs whose answers decide whether it runs", where())
 		}
 		sum := c.PromptTokens
-		seen := make(map[int]bool, len(c.Inputs))
+		var seen map[int]bool // for many inputs; a few are compared with each other
+		if len(c.Inputs) > 16 {
+			seen = make(map[int]bool, len(c.Inputs))
+		}
 		for j, in := range c.Inputs {
-			iw := fmt.Sprintf("%s.inputs[%d]", where, j)
+			iw := func() string { return fmt.Sprintf("%s.inputs[%d]", where(), j) }
 			switch {
 			case in.From == i:
-				return fmt.Errorf("%s: the call reads itself", iw)
+				return fmt.Errorf("%s: the call reads itself", iw())
 			case in.From < 0 || in.From >= n:
-				return fmt.Errorf("%s: reads call %d, but the query has calls 0-%d", iw, in.From, n-1)
-			case seen[in.From]:
-				return fmt.Errorf("%s: reads call %d twice", iw, in.From)
+				return fmt.Errorf("%s: reads call %d, but the query has calls 0-%d", iw(), in.From, n-1)
+			case seen != nil && seen[in.From] || seen == nil && readsEarlier(c.Inputs[:j], in.From):
+				return fmt.Errorf("%s: reads call %d twice", iw(), in.From)
 			case in.Tokens < 0:
-				return fmt.Errorf("%s: tokens must not be negative, got %d", iw, in.Tokens)
+				return fmt.Errorf("%s: tokens must not be negative, got %d", iw(), in.Tokens)
 			case in.Tokens > q.Calls[in.From].OutputTokens:
-				return fmt.Errorf("%s: forwards %d tokens, more than call %d's %d output tokens", iw, in.Tokens, in.From, q.Calls[in.From].OutputTokens)
+				return fmt.Errorf("%s: forwards %d tokens, more than call %d's %d output tokens", iw(), in.Tokens, in.From, q.Calls[in.From].OutputTokens)
 			case c.Model == "" && in.Tokens != 0:
-				return fmt.Errorf("%s: a tool step reads no tokens, got %d", iw, in.Tokens)
+				return fmt.Errorf("%s: a tool step reads no tokens, got %d", iw(), in.Tokens)
 			}
-			seen[in.From] = true
+			if seen != nil {
+				seen[in.From] = true
+			}
 			sum += in.Tokens
 		}
 		if c.Model != "" && sum <= 0 {
-			return fmt.Errorf("%s: an LLM call needs a prompt: prompt tokens and inputs sum to %d", where, sum)
+			return fmt.Errorf("%s: an LLM call needs a prompt: prompt tokens and inputs sum to %d", where(), sum)
 		}
 		if c.InputTokens == 0 {
 			c.InputTokens = sum
 		} else if c.InputTokens != sum {
-			return fmt.Errorf("%s: input tokens %d do not add up: prompt %d + inputs %d = %d", where, c.InputTokens, c.PromptTokens, sum-c.PromptTokens, sum)
+			return fmt.Errorf("%s: input tokens %d do not add up: prompt %d + inputs %d = %d", where(), c.InputTokens, c.PromptTokens, sum-c.PromptTokens, sum)
 		}
 	}
 	order, cycle := topoOrder(q.Calls)
+	if order == nil && cycle == nil {
+		// Every call reads only calls before it: they are in order already.
+		for i := range q.Calls {
+			c := &q.Calls[i]
+			c.Layer = 0
+			for _, in := range c.Inputs {
+				c.Layer = max(c.Layer, q.Calls[in.From].Layer+1)
+			}
+		}
+		return nil
+	}
 	if cycle != nil {
 		parts := make([]string, len(cycle))
 		for i, c := range cycle {
@@ -289,9 +306,29 @@ func (q *Query) finish(firstID int) error {
 	return nil
 }
 
+// readsEarlier reports whether inputs read node.
+func readsEarlier(inputs []Input, node int) bool {
+	for _, in := range inputs {
+		if in.From == node {
+			return true
+		}
+	}
+	return false
+}
+
 // topoOrder returns the nodes inputs first, or, when the graph has a cycle, the cycle as a path
-// of nodes each of which reads the next, ending where it starts.
+// of nodes each of which reads the next, ending where it starts; neither (nil, nil) when every
+// node reads only nodes before it, the order they are in.
 func topoOrder(calls []Call) (order, cycle []int) {
+	inOrder := true
+	for i := range calls {
+		for _, in := range calls[i].Inputs {
+			inOrder = inOrder && in.From < i
+		}
+	}
+	if inOrder {
+		return nil, nil
+	}
 	const (
 		unseen = iota
 		active

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/mosaic-sched/mosaic/internal/heapx"
+	"github.com/mosaic-sched/mosaic/internal/sparse"
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/policies/placement"
 	"github.com/mosaic-sched/mosaic/policies/solver"
@@ -84,10 +85,10 @@ type Policy struct {
 	planMix map[string]float64 // planned share of expected work per model
 	// arrival is when each query's first call was queued, by query ID (-1: none queued, or its
 	// final call was: it needs no more ordering).
-	arrival []time.Duration
+	arrival sparse.Slice[time.Duration]
 	// flight is the expected output tokens of each call in flight, by call ID (-1: not in
 	// flight).
-	flight  []float64
+	flight  sparse.Slice[float64]
 	plans   []*placement.StagePlan
 	replans int
 	// dropped are queued calls cancelled before they were submitted.
@@ -96,25 +97,11 @@ type Policy struct {
 	// call it has released is submitted (unsent counts those not yet), so that an open call
 	// holds a worker only while its inputs are in flight, never while they wait for a worker.
 	held   map[int][]policies.CallRef
-	unsent []int32 // by query ID
-	// waiting is scratch of swaps, open of dispatch.
+	unsent sparse.Slice[int32] // by query ID
+	// waiting is scratch of swaps, open of dispatch, acts of OnEvent.
 	waiting []*model
 	open    []*worker
-}
-
-// at returns s with index i, growing it with fill where it is too short (query and call IDs
-// run 0, 1, 2, ...).
-func at[T any](s []T, i int, fill T) []T {
-	if i < len(s) {
-		return s
-	}
-	if i >= cap(s) {
-		s = slices.Grow(s, max(i+1, 2*cap(s))-len(s)) // doubling: IDs come one at a time
-	}
-	for len(s) <= i {
-		s = append(s, fill)
-	}
-	return s
+	acts    []policies.Action
 }
 
 // model is one model's queue of ready calls and what the policy knows of it, cached at Start.
@@ -256,7 +243,17 @@ func New(o Options) *Policy {
 	if o.Steal == 0 {
 		o.Steal = DefaultSteal
 	}
-	return &Policy{opts: o}
+	p := &Policy{opts: o}
+	p.resetIDs()
+	return p
+}
+
+// resetIDs empties what the policy keeps by query and call ID: pages held only while IDs in
+// flight need them, as a long run's IDs grow without bound.
+func (p *Policy) resetIDs() {
+	p.unsent = sparse.Slice[int32]{}
+	p.arrival = sparse.Slice[time.Duration]{Fill: -1}
+	p.flight = sparse.Slice[float64]{Fill: -1}
 }
 
 // Name implements policies.Policy.
@@ -277,7 +274,7 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 	}
 	p.dropped = map[int]bool{}
 	p.held = map[int][]policies.CallRef{}
-	p.unsent, p.arrival, p.flight = nil, nil, nil
+	p.resetIDs()
 	p.models, p.byName = nil, map[string]*model{}
 	for _, info := range v.Models() {
 		m := &model{name: info.Name, meanOut: p.expectedOutput(v, info), limit: 256,
@@ -463,8 +460,7 @@ func (p *Policy) enqueue(calls []policies.CallRef) {
 			p.held[c.Query] = append(p.held[c.Query], c)
 			continue
 		}
-		p.unsent = at(p.unsent, c.Query, 0)
-		p.unsent[c.Query]++
+		p.unsent.Set(c.Query, p.unsent.Get(c.Query)+1)
 		p.push(c)
 	}
 	for _, c := range calls {
@@ -474,7 +470,7 @@ func (p *Policy) enqueue(calls []policies.CallRef) {
 
 // unhold queues a query's held open calls once none of its other released calls waits.
 func (p *Policy) unhold(q int) {
-	if (q < len(p.unsent) && p.unsent[q] > 0) || len(p.held) == 0 || len(p.held[q]) == 0 {
+	if p.unsent.Get(q) > 0 || len(p.held) == 0 || len(p.held[q]) == 0 {
 		return
 	}
 	for _, c := range p.held[q] {
@@ -488,22 +484,23 @@ func (p *Policy) sent(c waiting) {
 	if c.open {
 		return
 	}
-	if p.unsent[c.query]--; p.unsent[c.query] <= 0 {
-		p.unsent[c.query] = 0
+	if n := p.unsent.Get(c.query) - 1; n > 0 {
+		p.unsent.Set(c.query, n)
+	} else {
+		p.unsent.Set(c.query, 0)
 		p.unhold(c.query)
 	}
 }
 
 // push adds a call to its model's queue.
 func (p *Policy) push(c policies.CallRef) {
-	p.arrival = at(p.arrival, c.Query, -1)
-	arrival := p.arrival[c.Query]
+	arrival := p.arrival.Get(c.Query)
 	if arrival < 0 {
 		arrival = c.Ready
-		p.arrival[c.Query] = arrival
+		p.arrival.Set(c.Query, arrival)
 	}
 	if c.Final {
-		p.arrival[c.Query] = -1 // its last call: the query needs no more ordering
+		p.arrival.Set(c.Query, -1) // its last call: the query needs no more ordering
 	}
 	m := p.byName[c.Model]
 	m.released++
@@ -516,7 +513,9 @@ func (p *Policy) push(c policies.CallRef) {
 
 // OnEvent implements policies.Policy.
 func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
-	var acts []policies.Action
+	// The actions go out in a buffer of the policy's: the Driver has carried out the last
+	// event's before it sends the next.
+	acts := p.acts[:0]
 	switch e.Kind {
 	case policies.EventReleased:
 		p.enqueue(e.Calls)
@@ -533,10 +532,10 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 	case policies.EventDone, policies.EventFailed:
 		if e.Call != nil {
 			wk := p.workers[e.Worker]
-			if id := e.Call.ID; id < len(p.flight) && p.flight[id] >= 0 {
-				wk.outstanding -= p.flight[id]
+			if id := e.Call.ID; p.flight.Get(id) >= 0 {
+				wk.outstanding -= p.flight.Get(id)
 				wk.inflight--
-				p.flight[id] = -1
+				p.flight.Set(id, -1)
 			}
 		}
 	case policies.EventLoaded:
@@ -557,7 +556,9 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 		acts = append(acts, p.maybeReplan(v)...)
 	}
 	acts = append(acts, p.swaps(v)...)
-	return p.dispatch(acts, v)
+	acts = p.dispatch(acts, v)
+	p.acts = acts
+	return acts
 }
 
 // dispatch hands queued calls to the workers that serve their model and have room, each to
@@ -594,8 +595,7 @@ func (p *Policy) dispatch(acts []policies.Action, v policies.View) []policies.Ac
 				continue
 			}
 			tokens := m.meanOut
-			p.flight = at(p.flight, c.id, -1)
-			p.flight[c.id] = tokens
+			p.flight.Set(c.id, tokens)
 			best.inflight++
 			best.outstanding += tokens
 			acts = append(acts, policies.Submit(best.id, c.id))

@@ -162,8 +162,8 @@ func TestOnlineLeastOutstanding(t *testing.T) {
 		p.workers = append(p.workers, &worker{id: policies.WorkerID(w), active: "M", am: m, held: []string{"M"}})
 	}
 	// Worker 0 has 250 tokens outstanding in one call, worker 1 none, worker 2 is loading.
-	p.flight = at(p.flight, 100, -1)
-	p.flight[100], p.workers[0].inflight, p.workers[0].outstanding = 250, 1, 250
+	p.flight.Set(100, 250)
+	p.workers[0].inflight, p.workers[0].outstanding = 1, 250
 	p.workers[2].loading = true
 	var calls []policies.CallRef
 	for i := range 4 {

@@ -1,0 +1,353 @@
+package policies
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"time"
+
+	"github.com/mosaic-sched/mosaic/traces"
+)
+
+// Streamed workloads and the window. The Driver keeps the calls and queries of a run in a
+// window ordered by ID: a held workload (NewDriver) enters it whole, a streamed one
+// (NewStreamDriver) a query at a time, as simulated time reaches each arrival. Either way a
+// query leaves it from the front once it is complete and every call of its has ended
+// (retire): its records go to the Result, or, for a run whose records are streamed (Stream),
+// to a Sink, folded into the summary on the way. A slow query holds the window behind it.
+
+// QuerySource is a workload the Driver reads a query at a time (traces.Stream is one).
+type QuerySource interface {
+	// Len is the number of queries.
+	Len() int
+	// Counts counts the workload's calls by layer and model, without the calls: what
+	// View.Expected and Remaining count before the queries arrive.
+	Counts() (traces.CallCounts, error)
+	// Next returns the next query: IDs run 0, 1, 2, ..., calls are numbered across queries as
+	// traces.Workload.Finish numbers them, and arrivals do not decrease.
+	Next() (*traces.Query, error)
+}
+
+// NewStreamDriver is NewDriver over a workload read a query at a time: each query is read when
+// the one before it arrives, and leaves the Driver once it is done (see retire), so that the
+// Driver holds only the queries in flight. The policy sees the same View as with the whole
+// workload: Expected and Remaining count the calls of the queries to come from src.Counts.
+func NewStreamDriver(b Backend, p Policy, r Rule, src QuerySource, models []ModelInfo, workers int) (*Driver, error) {
+	if src.Len() == 0 {
+		return nil, errors.New("policies: the workload has no queries")
+	}
+	d, err := newDriver(b, p, r, models, workers)
+	if err != nil {
+		return nil, err
+	}
+	declared, err := src.Counts()
+	if err != nil {
+		return nil, fmt.Errorf("counting the workload's calls: %w", err)
+	}
+	d.stream, d.nq, d.layers = src, src.Len(), len(declared)
+	d.pending = d.nq
+	d.expect = make([][]counts, d.layers)
+	for l, byModel := range declared {
+		d.expect[l] = make([]counts, len(d.models)+1)
+		for model, n := range byModel {
+			mi := len(d.models)
+			if model != "" {
+				var ok bool
+				if mi, ok = d.byName[model]; !ok {
+					return nil, fmt.Errorf("layer %d has %d calls of model %q, which the experiment does not list", l, n, model)
+				}
+			}
+			d.expect[l][mi] = counts{expected: n, remaining: n}
+			d.total += n
+		}
+	}
+	d.total0 = d.total
+	d.childAt.push(0)
+	d.res = &Result{}
+	return d, nil
+}
+
+// pull reads the next query of a streamed workload into the window.
+func (d *Driver) pull() error {
+	q, err := d.stream.Next()
+	if errors.Is(err, io.EOF) {
+		return fmt.Errorf("the workload ended after %d of its %d queries", d.queries.hi, d.nq)
+	}
+	if err != nil {
+		return err
+	}
+	if q.Arrival < d.lastArrival {
+		return fmt.Errorf("query %d arrives at %v, before the query ahead of it (%v): a streamed workload's queries arrive in order", q.ID, q.Arrival, d.lastArrival)
+	}
+	d.lastArrival = q.Arrival
+	return d.add(q)
+}
+
+// Sink receives the records of a run whose records are streamed (Driver.Stream), from the
+// Driver's goroutine.
+type Sink interface {
+	// Query receives a query as it leaves the Driver, in query order: how it ended, and the
+	// records of its calls that ran, in call-ID order (as Result.Calls holds them). q and
+	// calls are valid only during the call.
+	Query(q *traces.Query, o QueryOutcome, calls []CallRecord) error
+	// Interval receives each worker's intervals (as Result.WorkerIntervals gives them), each
+	// worker's in time order, as they become final.
+	Interval(iv Interval) error
+}
+
+// Stream hands the run's records to sink as they become final instead of keeping them: the
+// Result then holds no calls, queries or intervals, only the loads and the summary of the
+// rest (Summary, Attainment under slo), folded as they went. Call it before Run.
+//
+// A worker's interval is final once no call in flight or still to come can start before it
+// ends. A call cancelled after it was submitted may report that it started at 0 (a call
+// stopped before it started), so in a run with early exit or prefill-decode overlap, which
+// cancel such calls, the intervals wait for the end of the run; one whose policy cancels a
+// submitted call after intervals went out fails.
+func (d *Driver) Stream(sink Sink, slo SLO) {
+	d.out = &streamOut{sink: sink, tally: NewTally(d.workers, slo), lines: make([]timeline, d.workers),
+		submits: make([]fifo[submission], d.workers)}
+	for _, m := range d.models {
+		d.out.models = append(d.out.models, m.Name)
+	}
+	// Every query's latencies are kept (for their exact percentiles): room for all at once.
+	t := d.out.tally
+	t.lat, t.ttft, t.queue = make([]time.Duration, 0, d.nq), make([]time.Duration, 0, d.nq), make([]time.Duration, 0, d.nq)
+	for w := range d.out.lines {
+		d.out.lines[w].w = WorkerID(w)
+	}
+	d.res = nil
+}
+
+// streamOut is where a streamed run's records go.
+type streamOut struct {
+	sink  Sink
+	tally *Tally
+	// lines build the workers' intervals; submits are the calls submitted to each worker in
+	// submission order (those still in flight bound what is final).
+	lines   []timeline
+	submits []fifo[submission]
+	// models names the models of the intervals' edges, by index (Driver.models's).
+	models []string
+	// hold keeps every interval until the end of the run (cancelled calls may have started
+	// at 0); sent says intervals went out.
+	hold, sent bool
+	// end is when the last call or load ended.
+	end time.Duration
+}
+
+// submission is a call submitted to a worker at a time.
+type submission struct {
+	at time.Duration
+	id int
+}
+
+// ended reports whether the calls of query qs have all ended: done, failed, skipped or
+// cancelled and stopped.
+func (d *Driver) ended(qs *queryState) bool {
+	for id := qs.first; id < qs.first+len(qs.q.Calls); id++ {
+		cs := d.cs(id)
+		switch cs.status {
+		case callDone, callFailed, callSkipped, callCancelled:
+			if cs.aborting {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// retire lets the queries at the front of the window go once they are complete and all their
+// calls have ended (with force, at the end of the run, as they are): their records go to the
+// result, or to the sink, and their states are dropped.
+func (d *Driver) retire(force bool) error {
+	qi, id := d.queries.lo, d.calls.lo
+	for qi < d.queries.hi {
+		qs := d.qs(qi)
+		if !force && (!qs.complete || !d.ended(qs)) {
+			break
+		}
+		if err := d.emit(qs); err != nil {
+			return err
+		}
+		qi++
+		id += len(qs.q.Calls)
+	}
+	if qi == d.queries.lo {
+		return nil
+	}
+	o := &d.outcomes
+	if len(o.errs)+len(o.cancelledAt)+len(o.retried) > 0 {
+		for c := d.calls.lo; c < id; c++ {
+			delete(o.errs, c)
+			delete(o.cancelledAt, c)
+			delete(o.retried, c)
+		}
+	}
+	d.child.drop(d.childAt.at(id))
+	d.childAt.drop(id)
+	d.calls.drop(id)
+	d.queries.drop(qi)
+	return nil
+}
+
+// emit hands on the records of a query leaving the window: its calls that ran and its
+// outcome.
+func (d *Driver) emit(qs *queryState) error {
+	recs := d.recs[:0]
+	for i := range qs.q.Calls {
+		id := qs.first + i
+		if st := d.cs(id).status; st == callDone || st == callFailed || (st == callCancelled && d.cs(id).ran) {
+			recs = append(recs, d.callRecord(id))
+		}
+	}
+	o := d.outcome(qs)
+	if qs.q.Gold != "" {
+		d.gold++
+		if d.workloadAnswer(qs) == qs.q.Gold {
+			d.agg++
+		}
+	}
+	defer func() {
+		clear(recs)
+		d.recs = recs[:0]
+	}()
+	if d.res != nil {
+		d.res.Calls = append(d.res.Calls, recs...)
+		d.res.Queries = append(d.res.Queries, o)
+		return nil
+	}
+	for i := range recs {
+		d.out.tally.Call(&recs[i])
+	}
+	d.out.tally.Query(o)
+	return d.out.sink.Query(qs.q, o, recs)
+}
+
+// workloadAnswer is the query's answer as its workload gives it, every call run
+// (traces.Query.FinalAnswer): its final call's, or its final calls' top answer.
+func (d *Driver) workloadAnswer(qs *queryState) string {
+	answers := d.answers[:0]
+	for i := range qs.q.Calls {
+		if d.sinkCall(qs.first + i) {
+			answers = append(answers, qs.q.Calls[i].Answer)
+		}
+	}
+	d.answers = answers[:0]
+	if len(answers) == 1 {
+		return answers[0]
+	}
+	a, _ := traces.TopAnswer(answers)
+	return a
+}
+
+// submitted notes a call submitted to a worker at now (a streamed run's intervals wait for
+// it).
+func (d *Driver) submitted(w WorkerID, id int, now time.Duration) {
+	if d.out != nil && !d.out.hold {
+		d.out.submits[w].push(submission{at: now, id: id})
+	}
+}
+
+// cancelling notes that a submitted call is being stopped: in a streamed run, intervals then
+// wait for the end of the run (see Stream).
+func (d *Driver) cancelling() error {
+	if d.out == nil || d.out.hold {
+		return nil
+	}
+	d.out.hold = true
+	if d.out.sent {
+		return errors.New("a streamed run's worker intervals already went out, and a call cancelled after its submission may report it started at 0 (see Driver.Stream)")
+	}
+	return nil
+}
+
+// traced feeds a finished call's time on its worker to the worker's timeline, and moves the
+// timeline on when enough has gathered.
+func (d *Driver) traced(id int) error {
+	out := d.out
+	cs := d.cs(id)
+	out.end = max(out.end, cs.timing.End)
+	if cs.worker < 0 || cs.timing.End <= cs.timing.Started {
+		return nil
+	}
+	tl := &out.lines[cs.worker]
+	tl.add(cs.timing.Started, cs.timing.End, int32(cs.model))
+	if out.hold || len(tl.edges) < tl.due {
+		return nil
+	}
+	err := tl.advance(d.bound(cs.worker), out.models, out.emit)
+	tl.due = 2*len(tl.edges) + 4096
+	return err
+}
+
+// bound is the time before which worker w's intervals are final: no call in flight there,
+// none to come and no load under way can start earlier.
+func (d *Driver) bound(w WorkerID) time.Duration {
+	b := d.backend.Now()
+	for _, at := range d.ws[w].loading {
+		b = min(b, at)
+	}
+	subs := &d.out.submits[w]
+	for subs.base < subs.end() {
+		s := subs.at(subs.base)
+		if d.inWindow(s.id) {
+			if cs := d.cs(s.id); cs.status == callSubmitted || cs.status == callCancelling || cs.aborting {
+				b = min(b, s.at)
+				break
+			}
+		}
+		subs.drop(subs.base + 1)
+	}
+	return b
+}
+
+// emit hands an interval to the sink.
+func (o *streamOut) emit(iv Interval) error {
+	o.sent = true
+	if iv.Kind == "busy" {
+		o.tally.busy += iv.End - iv.Start
+	}
+	return o.sink.Interval(iv)
+}
+
+// loaded feeds a load to its worker's timeline (a streamed run).
+func (d *Driver) loaded(l LoadRecord) {
+	d.out.end = max(d.out.end, l.End)
+	d.out.lines[l.Worker].addLoad(l)
+}
+
+// result is what the run produced: every query has left the window (retire, forced) and, for
+// a streamed run, every worker's intervals have gone out.
+func (d *Driver) result() (*Result, error) {
+	if err := d.retire(true); err != nil {
+		return nil, err
+	}
+	r := d.res
+	if r == nil {
+		r = &Result{tally: d.out.tally}
+		for i := range d.out.lines {
+			if err := d.out.lines[i].finish(d.out.end, d.out.models, d.out.emit); err != nil {
+				return nil, err
+			}
+		}
+	}
+	r.Policy, r.Rule, r.Threshold, r.Workers, r.Loads = d.policy.Name(), d.rule.Name(), nan(), d.workers, d.loads
+	if d.exit != nil {
+		r.Rule += ", " + d.exit.String()
+	}
+	if d.overlap {
+		r.Rule += ", overlap"
+	}
+	if cs, ok := d.rule.(ConfidenceSkip); ok {
+		r.Threshold = cs.Threshold
+		if cs.Threshold > 1 {
+			r.Threshold = math.Inf(1)
+		}
+	}
+	r.AlwaysAggregate = ratio(d.agg, d.gold)
+	return r, nil
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# bench_online.sh: the whole-process figure of a large online run: `mosaic sim` of the
+# online MoA example (the online policy, 0.5 query/s, results written with -o), its wall time
+# and peak resident memory (GNU time's %M), for each query count and binary.
+#
+#   tools/bench_online.sh [BIN ...]           (default: bin/mosaic; make bench-online builds it)
+#   QUERIES="100000 1000000 10000000" REPEAT=3 tools/bench_online.sh bin/mosaic /tmp/mosaic-old
+#
+# With several binaries the runs alternate (each count: binary 1, binary 2, ..., REPEAT
+# times), so that the figures compared are measured in one sitting on the same machine; the
+# last lines give each binary's median per count. Results go to a temporary folder, removed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+QUERIES=${QUERIES:-"100000 1000000"}
+REPEAT=${REPEAT:-1}
+RATE=${RATE:-0.5}
+bins=("$@")
+[ ${#bins[@]} -gt 0 ] || bins=(bin/mosaic)
+if [ ! -x /usr/bin/time ]; then
+	echo "bench_online.sh needs GNU time (/usr/bin/time; apt-get install time)" >&2
+	exit 1
+fi
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-28s %10s %4s %9s %9s %13s\n' binary queries run wall_s cpu_s peak_rss_MiB
+rows=()
+for q in $QUERIES; do
+	for r in $(seq "$REPEAT"); do
+		for b in "${bins[@]}"; do
+			rm -rf "$out/run"
+			/usr/bin/time -f '%e %U %S %M' -o "$out/time" "$b" sim experiments/examples/online-moa.toml \
+				--set workload.queries="$q" --set workload.arrival_rate="$RATE" --policy online -o "$out/run" \
+				>/dev/null 2>"$out/log" || { cat "$out/log" >&2; exit 1; }
+			read -r wall user sys rss <"$out/time"
+			cpu=$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')
+			mib=$((rss / 1024))
+			printf '%-28s %10s %4s %9s %9s %13s\n' "$b" "$q" "$r" "$wall" "$cpu" "$mib"
+			rows+=("$b $q $wall $cpu $mib")
+		done
+	done
+done
+echo "medians:"
+for q in $QUERIES; do
+	for b in "${bins[@]}"; do
+		printf '%s\n' "${rows[@]}" | awk -v b="$b" -v q="$q" '$1 == b && $2 == q { print $3, $4, $5 }' |
+			sort -n | awk -v b="$b" -v q="$q" '{ w[NR] = $1; c[NR] = $2; m[NR] = $3 } END {
+				i = int((NR + 1) / 2); printf "%-28s %10s      %9s %9s %13s\n", b, q, w[i], c[i], m[i] }'
+	done
+done
