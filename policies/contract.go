@@ -142,6 +142,11 @@ type Action struct {
 	Model  string
 	CallID int
 	At     time.Duration
+	// Priority is a submitted call's priority on its worker's engine, vLLM's per-request
+	// priority: a lower value is served first. An engine that schedules by priority (vLLM's
+	// --scheduling-policy priority) orders its waiting calls by (priority, submission) and
+	// preempts the running call that is last in that order; 0 for every call is FCFS.
+	Priority int
 }
 
 // Load, Unload, Submit and WakeAt build actions.
@@ -149,6 +154,12 @@ func Load(w WorkerID, model string) Action   { return Action{Kind: ActLoad, Work
 func Unload(w WorkerID, model string) Action { return Action{Kind: ActUnload, Worker: w, Model: model} }
 func Submit(w WorkerID, call int) Action     { return Action{Kind: ActSubmit, Worker: w, CallID: call} }
 func WakeAt(t time.Duration) Action          { return Action{Kind: ActWake, At: t} }
+
+// SubmitPriority builds an ActSubmit action that carries the call's engine priority (lower is
+// served first; see Action.Priority).
+func SubmitPriority(w WorkerID, call, priority int) Action {
+	return Action{Kind: ActSubmit, Worker: w, CallID: call, Priority: priority}
+}
 
 // Cancel builds an ActCancel action.
 func Cancel(call int) Action { return Action{Kind: ActCancel, CallID: call} }
