@@ -455,6 +455,13 @@ type PolicySpec struct {
 	Mosaic   *MosaicOptions   `toml:"mosaic" json:",omitempty"`
 	Pipeline *PipelineOptions `toml:"pipeline" json:",omitempty"`
 	Online   *OnlineOptions   `toml:"online" json:",omitempty"`
+	// Plas and Atlas are the options of the program-aware policies plas and atlas.
+	Plas  *AttainedOptions `toml:"plas" json:",omitempty"`
+	Atlas *AttainedOptions `toml:"atlas" json:",omitempty"`
+	// Dispatch orders each model's queue of ready calls when queries arrive over time:
+	// "fcfs", "deepest", "sjf", "plas" or "atlas" (online.Orders; default: fcfs, and deepest
+	// for the online policy). An offline batch's stage-by-stage policies take none.
+	Dispatch string `toml:"dispatch"`
 	// EarlyExit turns on Faster-MoA's runtime early exit for this policy's run (any policy):
 	// once MinFinished of a gated call's inputs have answered and their top answer has the
 	// Agreement share, the rest are cancelled (see policies.EarlyExit).
@@ -501,6 +508,21 @@ type OnlineOptions struct {
 	Replan *time.Duration `toml:"replan"`
 	// MaxInFlight caps the calls in flight per worker (default: the engine's max_num_seqs).
 	MaxInFlight int `toml:"max_in_flight"`
+}
+
+// AttainedOptions are the options of the program-aware policies plas and atlas (Autellix's
+// least-attained-service disciplines), in their own table of the [[policy]]: plas.quantum =
+// "10s" or a [policy.plas] table.
+type AttainedOptions struct {
+	// Placement is where models go: "mosaic" (default: MOSAIC's plan for the expected mix),
+	// "round-robin" or "everywhere" (online.Placements).
+	Placement string `toml:"placement"`
+	// Quantum is the attained service of the first priority level; level k ends at quantum
+	// x 2^k (default "10s").
+	Quantum time.Duration `toml:"quantum"`
+	// Starve is the anti-starvation ratio: a call that waited starve times its program's
+	// attained service (at least a minute) goes first (default 2; negative: never).
+	Starve *float64 `toml:"starve"`
 }
 
 // DynamicThresholdSpec is the dynamic_threshold table of a policy.

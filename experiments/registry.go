@@ -1,7 +1,10 @@
 package experiments
 
 import (
+	"cmp"
+	"math"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,6 +23,24 @@ type policyBuild struct {
 	e       *Experiment
 	key     string
 	outputs map[policies.LayerModel]traces.LengthDist
+	// online says queries arrive over time: the offline policies then serve each call as it
+	// becomes ready (online.New under their names) instead of stage by stage.
+	online bool
+	// dispatch is the [[policy]]'s dispatch key ("" when not given).
+	dispatch string
+}
+
+// served returns the constructor of a policy served online: o with the dispatch order the
+// [[policy]] gives, else order.
+func (b policyBuild) served(o online.Options, order string) func() policies.Policy {
+	o.Outputs = b.outputs
+	o.Order = cmp.Or(b.dispatch, order)
+	return func() policies.Policy { return online.New(o) }
+}
+
+// static is a static deployment's options: placed once, no stealing, no re-planning.
+func static(name, placement string) online.Options {
+	return online.Options{Name: name, Placement: placement, Steal: -1, Replan: -1}
 }
 
 // errorf returns an error located at the policy's own option key.
@@ -72,8 +93,13 @@ type noOptions struct{}
 // policyKind here and, when it takes options, their typed table in PolicySpec.
 func policyKinds() []policyKind {
 	return []policyKind{
-		kind[noOptions](dataparallel.Name, "every worker loads every model of a layer in turn and serves 1/W of its calls", "", nil,
-			func(policyBuild, noOptions) (func() policies.Policy, error) {
+		attained(online.OrderATLAS, "Autellix's ATLAS: PLAS by the attained service along the longest path to the call in its graph, for programs that fan out",
+			func(s *PolicySpec) *AttainedOptions { return s.Atlas }),
+		kind[noOptions](dataparallel.Name, "every worker loads every model of a layer in turn and serves 1/W of its calls; online: every model on every worker, each call to the least loaded", "", nil,
+			func(b policyBuild, _ noOptions) (func() policies.Policy, error) {
+				if b.online {
+					return b.served(static(dataparallel.Name, online.PlaceEverywhere), online.OrderFCFS), nil
+				}
 				return func() policies.Policy { return dataparallel.New() }, nil
 			}),
 		kind(placement.Name, "MOSAIC: an ILP places models and assigns calls per layer (stage), from profiled costs", "mosaic",
@@ -83,6 +109,16 @@ func policyKinds() []policyKind {
 				var err error
 				if opts.TimeLimit, err = solverTimeLimit(b, o.SolverTimeLimit); err != nil {
 					return nil, err
+				}
+				if b.online {
+					for key, given := range map[string]bool{"order": o.Order != "", "prefetch": o.Prefetch != nil} {
+						if given {
+							return nil, b.errorf(key, "is an option of the offline batch's stages; queries arriving over time are served per call (MOSAIC's plan for the expected mix, each call dispatched when it is ready)")
+						}
+					}
+					so := static(placement.Name, online.PlaceMosaic)
+					so.TimeLimit = opts.TimeLimit
+					return b.served(so, online.OrderFCFS), nil
 				}
 				switch o.Order {
 				case "", placement.OrderLongestFirst, placement.OrderPlain:
@@ -98,7 +134,7 @@ func policyKinds() []policyKind {
 		kind(online.Name, "places models for the expected mix and dispatches each call as it becomes ready (work stealing, re-planning on drift)", "online",
 			func(s *PolicySpec) *OnlineOptions { return s.Online },
 			func(b policyBuild, o OnlineOptions) (func() policies.Policy, error) {
-				opts := online.Options{Outputs: b.outputs, MaxInFlight: o.MaxInFlight}
+				opts := online.Options{MaxInFlight: o.MaxInFlight}
 				var err error
 				if opts.TimeLimit, err = solverTimeLimit(b, o.SolverTimeLimit); err != nil {
 					return nil, err
@@ -115,11 +151,14 @@ func policyKinds() []policyKind {
 				if o.MaxInFlight < 0 || (o.MaxInFlight == 0 && b.e.has(b.key+".max_in_flight")) {
 					return nil, b.errorf("max_in_flight", "must be positive, got %d", o.MaxInFlight)
 				}
-				return func() policies.Policy { return online.New(opts) }, nil
+				return b.served(opts, online.OrderDeepest), nil
 			}),
 		kind(placement.PipelineName, "MOSAIC's placement without the stage barrier: workers done with a stage serve the next layer's ready calls", "pipeline",
 			func(s *PolicySpec) *PipelineOptions { return s.Pipeline },
 			func(b policyBuild, o PipelineOptions) (func() policies.Policy, error) {
+				if b.online {
+					return nil, b.e.errorf(strings.TrimSuffix(b.key, ".pipeline")+".name", "pipeline lifts the stage barrier of an offline batch; queries arriving over time are served per call by mosaic (MOSAIC's plan, each call dispatched when ready) or online")
+				}
 				opts := placement.Options{Outputs: b.outputs, Pipeline: true}
 				var err error
 				if opts.TimeLimit, err = solverTimeLimit(b, o.SolverTimeLimit); err != nil {
@@ -127,11 +166,41 @@ func policyKinds() []policyKind {
 				}
 				return func() policies.Policy { return placement.New(opts) }, nil
 			}),
-		kind[noOptions](roundrobin.Name, "the paper's baseline: model i on worker i mod W, a worker serves its models in turn, layer by layer with a barrier", "", nil,
-			func(policyBuild, noOptions) (func() policies.Policy, error) {
+		attained(online.OrderPLAS, "Autellix's PLAS: each model's calls by their program's attained service (least first, in levels), with anti-starvation; placed as MOSAIC plans for the expected mix (plas.placement)",
+			func(s *PolicySpec) *AttainedOptions { return s.Plas }),
+		kind[noOptions](roundrobin.Name, "the paper's baseline: model i on worker i mod W, a worker serves its models in turn, layer by layer with a barrier; online: the same models pinned, each call queued FCFS on its model's worker", "", nil,
+			func(b policyBuild, _ noOptions) (func() policies.Policy, error) {
+				if b.online {
+					return b.served(static(roundrobin.Name, online.PlaceRoundRobin), online.OrderFCFS), nil
+				}
 				return func() policies.Policy { return roundrobin.New() }, nil
 			}),
 	}
+}
+
+// attained registers a program-aware policy of Autellix's: a static deployment whose queues
+// follow order (online.OrderPLAS or OrderATLAS).
+func attained(order, summary string, opts func(*PolicySpec) *AttainedOptions) policyKind {
+	return kind(order, summary, order, opts, func(b policyBuild, o AttainedOptions) (func() policies.Policy, error) {
+		so := static(order, cmp.Or(o.Placement, online.PlaceMosaic))
+		if !slices.Contains(online.Placements, so.Placement) {
+			return nil, b.errorf("placement", "unknown placement %q (known: %s)", o.Placement, strings.Join(online.Placements, ", "))
+		}
+		if b.dispatch != "" {
+			return nil, b.e.errorf(strings.TrimSuffix(b.key, "."+order)+".dispatch", "the %s policy orders its queues itself; dispatch is for the other policies", order)
+		}
+		if o.Quantum < 0 || o.Quantum != 0 && o.Quantum < time.Millisecond {
+			return nil, b.errorf("quantum", "%v is too short; write a duration with its unit, e.g. \"10s\"", o.Quantum)
+		}
+		so.Quantum = o.Quantum.Seconds()
+		if o.Starve != nil {
+			if *o.Starve == 0 || math.IsNaN(*o.Starve) {
+				return nil, b.errorf("starve", "must be positive (a ratio of wait to attained service), or negative for never, got %g", *o.Starve)
+			}
+			so.Starve = *o.Starve
+		}
+		return b.served(so, order), nil
+	})
 }
 
 // lookupPolicy returns the registered policy of that name.

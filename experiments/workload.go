@@ -14,6 +14,7 @@ import (
 
 	"github.com/mosaic-sched/mosaic/internal/dataset"
 	"github.com/mosaic-sched/mosaic/policies"
+	"github.com/mosaic-sched/mosaic/policies/online"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -636,7 +637,16 @@ func (r *Resolved) resolvePolicies(m *GraphWorkload) error {
 			return e.errorf(key+".label", "policy %q is listed twice: give each a distinct label", label)
 		}
 		labels[label] = true
-		newPolicy, err := buildPolicy(kind, policyBuild{e: e, key: key, outputs: m.Outputs}, &e.Policies[i])
+		live := !m.Arrivals.Offline()
+		if p.Dispatch != "" {
+			if !slices.Contains(online.Orders, lower(p.Dispatch)) {
+				return e.errorf(key+".dispatch", "unknown dispatch order %q (known: %s)", p.Dispatch, strings.Join(online.Orders, ", "))
+			}
+			if !live && lower(p.Name) != online.Name && lower(p.Name) != online.OrderPLAS && lower(p.Name) != online.OrderATLAS {
+				return e.errorf(key+".dispatch", "orders the queues of queries arriving over time, but this workload is an offline batch (no workload.arrival_rate or trace arrivals), which %s serves stage by stage", lower(p.Name))
+			}
+		}
+		newPolicy, err := buildPolicy(kind, policyBuild{e: e, key: key, outputs: m.Outputs, online: live, dispatch: lower(p.Dispatch)}, &e.Policies[i])
 		if err != nil {
 			return err
 		}

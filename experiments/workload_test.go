@@ -114,7 +114,7 @@ func TestBadMoAExperiments(t *testing.T) {
 		{"k larger than the pool", "experts_per_query = 2", "experts_per_query = 4", "exp.toml:31: workload.experts_per_query: k = 4 is larger than the expert pool (3 experts)"},
 		{"aggregator not a model", `model = "R", accuracy`, `model = "Judge", accuracy`, `exp.toml:34: workload.aggregator.model: aggregator "Judge" is not a [[model]]`},
 		{"expert not a model", "experts_per_query = 2", "experts_per_query = 2\nexperts = [\"R\", \"X\"]", `workload.experts: expert "X" is not a [[model]]`},
-		{"unknown policy", `name = "data-parallel"`, `name = "random"`, `exp.toml:44: policy[1].name: unknown policy "random" (known: data-parallel, mosaic, online, pipeline, round-robin)`},
+		{"unknown policy", `name = "data-parallel"`, `name = "random"`, `exp.toml:44: policy[1].name: unknown policy "random" (known: atlas, data-parallel, mosaic, online, pipeline, plas, round-robin)`},
 		{"missing accuracy", "accuracy = 0.6\n", "", "exp.toml:8: model[0].accuracy: missing"},
 		{"missing trace", "queries = 60\nprompt_tokens = { dist = \"uniform\", min = 50, max = 300 }\nexperts_per_query = 2\nrouting = { skew = 4 }\nvotes = { options = 4, error_correlation = 0.5 }\naggregator = { model = \"R\", accuracy = 0.4 }", "trace = \"nope.jsonl\"", "exp.toml:29: workload.trace: stat nope.jsonl: no such file"},
 		{"generator key with a trace", "queries = 60", "trace = \"nope.jsonl\"", "exp.toml:30: workload.prompt_tokens: does not apply to a workload read from a trace file (workload.trace)"},

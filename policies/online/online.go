@@ -33,9 +33,9 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
-	"github.com/mosaic-sched/mosaic/internal/heapx"
 	"github.com/mosaic-sched/mosaic/internal/sparse"
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/policies/placement"
@@ -71,7 +71,68 @@ type Options struct {
 	Steal float64
 	// MaxInFlight caps the calls in flight per worker (0: the model's engine max_num_seqs).
 	MaxInFlight int
+	// Name is the policy's name (default Name): the online forms of the offline policies
+	// (round-robin, data-parallel, mosaic) are this policy under their own names.
+	Name string
+	// Placement is where models go: PlaceMosaic (default: the MOSAIC ILP for the expected
+	// mix), PlaceRoundRobin (pinned as the round-robin baseline pins them) or PlaceEverywhere
+	// (every model on every worker that can hold it: data parallel).
+	Placement string
+	// Order is the order of each model's queue (default OrderDeepest; see the Order
+	// constants).
+	Order string
+	// Starve is the anti-starvation ratio of the attained-service orders (OrderPLAS,
+	// OrderATLAS): a call that has waited Starve times its program's attained service (at
+	// least StarveFloor) goes first (0: DefaultStarve; negative: never).
+	Starve float64
+	// Quantum is the attained service, in seconds on a worker, of the first level of the
+	// attained-service orders; level k ends at Quantum * 2^k (0: DefaultQuantum).
+	Quantum float64
 }
+
+// Placements of Options.Placement.
+const (
+	PlaceMosaic     = "mosaic"
+	PlaceRoundRobin = "round-robin"
+	PlaceEverywhere = "everywhere"
+)
+
+// Orders of Options.Order: how each model's queue is ordered (ties go to the older query,
+// then to the call released first).
+const (
+	// OrderDeepest: the deepest layer first, so that a started query finishes before a new
+	// one starts.
+	OrderDeepest = "deepest"
+	// OrderFCFS: first come first served by query: the calls of the query that arrived first.
+	OrderFCFS = "fcfs"
+	// OrderSJF: shortest expected job first: the call with the fewest expected output tokens
+	// (its model's mean at its layer).
+	OrderSJF = "sjf"
+	// OrderPLAS: program-level least attained service (Autellix, Luo et al., arXiv
+	// 2502.13965, §4.2): the call whose query has received the least service so far, the sum
+	// of its finished calls' times on a worker, discretised into levels (see Quantum), with
+	// anti-starvation (Starve).
+	OrderPLAS = "plas"
+	// OrderATLAS: adaptive thread-level attained service (Autellix §4.2), PLAS for programs
+	// that fan out: a call's service is the longest path of service that leads to it, so a
+	// call on a query's critical path is not held back by its siblings' service.
+	OrderATLAS = "atlas"
+)
+
+// Defaults of the attained-service orders.
+const (
+	DefaultStarve  = 2.0
+	DefaultQuantum = 10.0
+	// StarveFloor is the least attained service the anti-starvation rule measures a wait
+	// against, so that a fresh query's calls are not promoted at once.
+	StarveFloor = time.Minute
+)
+
+// Orders lists the queue orders, for errors and listings.
+var Orders = []string{OrderDeepest, OrderFCFS, OrderSJF, OrderPLAS, OrderATLAS}
+
+// Placements lists the placements, for errors and listings.
+var Placements = []string{PlaceMosaic, PlaceRoundRobin, PlaceEverywhere}
 
 // Policy implements policies.Policy.
 type Policy struct {
@@ -88,8 +149,18 @@ type Policy struct {
 	arrival sparse.Slice[time.Duration]
 	// flight is the expected output tokens of each call in flight, by call ID (-1: not in
 	// flight).
-	flight  sparse.Slice[float64]
-	plans   []*placement.StagePlan
+	flight sparse.Slice[float64]
+	// The attained-service orders: attained is each query's service so far in seconds
+	// (OrderPLAS), paths each query's longest path of service ending at each layer and before
+	// the path that leads to each call in flight, by call ID (OrderATLAS).
+	attained sparse.Slice[float64]
+	paths    map[int][]float64
+	before   sparse.Slice[float64]
+	// sjf is the expected output tokens of a layer's calls of a model (OrderSJF).
+	sjf map[policies.LayerModel]float64
+	// priority says each model's engine schedules by priority: a call carries its rank there.
+	priority map[string]bool
+	plans    []*placement.StagePlan
 	replans int
 	// dropped are queued calls cancelled before they were submitted.
 	dropped map[int]bool
@@ -143,90 +214,6 @@ type worker struct {
 	inflight    int // calls in flight (their expected tokens are in Policy.flight)
 }
 
-// queue is one model's ready calls, ordered deepest layer first, then oldest query, then
-// release order. The calls wait in refs, whose free slots are reused; the order is kept on
-// small keys: a run of keys pushed in order (a model's first-layer calls as queries arrive)
-// waits in the FIFO run, the rest in a heap, and pop takes the smaller head of the two, so
-// that a long backlog of arrivals costs no heap operations.
-type queue struct {
-	calls []queued // heap
-	run   []queued // run[head:] is sorted
-	head  int
-	refs  []waiting
-	free  []int32
-	seq   int
-	// since is when the queue last became non-empty.
-	since time.Duration
-}
-
-// waiting is what the policy keeps of a queued call (a CallRef is ten words).
-type waiting struct {
-	id, query int
-	open      bool
-}
-
-// queued is a queued call's place in its queue: its layer, its query's arrival, its release
-// order, and its slot in queue.refs.
-type queued struct {
-	arrival time.Duration
-	seq     int
-	layer   int32
-	slot    int32
-}
-
-// queuedLess orders a queue: the deepest layer first, then the oldest query, then release
-// order.
-func queuedLess(a, b *queued) bool {
-	if a.layer != b.layer {
-		return a.layer > b.layer
-	}
-	if a.arrival != b.arrival {
-		return a.arrival < b.arrival
-	}
-	return a.seq < b.seq
-}
-
-// len is how many calls are queued.
-func (q *queue) len() int { return len(q.calls) + len(q.run) - q.head }
-
-// push queues call c of a query that arrived at arrival.
-func (q *queue) push(c policies.CallRef, arrival time.Duration) {
-	var slot int32
-	if n := len(q.free); n > 0 {
-		slot, q.free = q.free[n-1], q.free[:n-1]
-		q.refs[slot] = waiting{c.ID, c.Query, c.Open}
-	} else {
-		slot = int32(len(q.refs))
-		q.refs = append(q.refs, waiting{c.ID, c.Query, c.Open})
-	}
-	q.seq++
-	e := queued{arrival: arrival, seq: q.seq, layer: int32(c.Layer), slot: slot}
-	if n := len(q.run); n == q.head || !queuedLess(&e, &q.run[n-1]) {
-		q.run = append(q.run, e) // after the run's last (seq breaks every tie)
-		return
-	}
-	q.calls = heapx.Push(q.calls, e, queuedLess)
-}
-
-// pop removes and returns the first call of the non-empty queue.
-func (q *queue) pop() waiting {
-	var e queued
-	if q.head < len(q.run) && (len(q.calls) == 0 || queuedLess(&q.run[q.head], &q.calls[0])) {
-		e = q.run[q.head]
-		q.head++
-		if q.head == len(q.run) {
-			q.run, q.head = q.run[:0], 0
-		} else if q.head >= 1024 && 2*q.head >= len(q.run) {
-			q.run = q.run[:copy(q.run, q.run[q.head:])]
-			q.head = 0
-		}
-	} else {
-		q.calls, e = heapx.Pop(q.calls, queuedLess)
-	}
-	q.free = append(q.free, e.slot)
-	return q.refs[e.slot]
-}
-
 var _ policies.Policy = (*Policy)(nil)
 
 // New returns the policy.
@@ -243,6 +230,21 @@ func New(o Options) *Policy {
 	if o.Steal == 0 {
 		o.Steal = DefaultSteal
 	}
+	if o.Name == "" {
+		o.Name = Name
+	}
+	if o.Placement == "" {
+		o.Placement = PlaceMosaic
+	}
+	if o.Order == "" {
+		o.Order = OrderDeepest
+	}
+	if o.Starve == 0 {
+		o.Starve = DefaultStarve
+	}
+	if o.Quantum == 0 {
+		o.Quantum = DefaultQuantum
+	}
 	p := &Policy{opts: o}
 	p.resetIDs()
 	return p
@@ -254,10 +256,13 @@ func (p *Policy) resetIDs() {
 	p.unsent = sparse.Slice[int32]{}
 	p.arrival = sparse.Slice[time.Duration]{Fill: -1}
 	p.flight = sparse.Slice[float64]{Fill: -1}
+	p.attained = sparse.Slice[float64]{}
+	p.before = sparse.Slice[float64]{Fill: -1}
+	p.paths = map[int][]float64{}
 }
 
 // Name implements policies.Policy.
-func (p *Policy) Name() string { return Name }
+func (p *Policy) Name() string { return p.opts.Name }
 
 // Placements returns the placements the policy solved, in order (the first at the start).
 func (p *Policy) Placements() []*placement.StagePlan { return p.plans }
@@ -276,6 +281,12 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 	p.held = map[int][]policies.CallRef{}
 	p.resetIDs()
 	p.models, p.byName = nil, map[string]*model{}
+	p.sjf, p.priority = map[policies.LayerModel]float64{}, map[string]bool{}
+	switch p.opts.Order {
+	case OrderDeepest, OrderFCFS, OrderSJF, OrderPLAS, OrderATLAS:
+	default:
+		return nil, fmt.Errorf("unknown order %q (known: %s)", p.opts.Order, strings.Join(Orders, ", "))
+	}
 	for _, info := range v.Models() {
 		m := &model{name: info.Name, meanOut: p.expectedOutput(v, info), limit: 256,
 			limitOn: make([]int, W), runs: make([]bool, W),
@@ -301,15 +312,34 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 				m.limitOn[w] = m.limit
 			}
 		}
+		m.guard = p.opts.Starve > 0 && (p.opts.Order == OrderPLAS || p.opts.Order == OrderATLAS)
 		p.models = append(p.models, m)
 		p.byName[info.Name] = m
+		p.priority[info.Name] = enginePriority(info)
+		for l := range v.Layers() {
+			lm := policies.LayerModel{Layer: l, Model: info.Name}
+			if d := p.opts.Outputs[lm]; d != nil {
+				p.sjf[lm] = d.Mean()
+			} else if info.Output != nil {
+				p.sjf[lm] = info.Output.Mean()
+			}
+		}
 	}
 	counts := map[string]int{}
 	for _, m := range v.Models() {
 		counts[m.Name] = v.Expected(policies.AnyLayer, m.Name)
 	}
-	if err := p.place(v, counts, meanPrompts(v.Ready())); err != nil {
-		return nil, err
+	switch p.opts.Placement {
+	case PlaceMosaic:
+		if err := p.place(v, counts, meanPrompts(v.Ready())); err != nil {
+			return nil, err
+		}
+	case PlaceRoundRobin, PlaceEverywhere:
+		if err := p.pin(v); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("unknown placement %q (known: %s)", p.opts.Placement, strings.Join(Placements, ", "))
 	}
 	p.enqueue(v.Ready())
 	var acts []policies.Action
@@ -422,6 +452,70 @@ func (p *Policy) place(v policies.View, counts map[string]int, prompts map[strin
 	return nil
 }
 
+// pin places the models without solving: PlaceRoundRobin gives each model one worker, the
+// next in turn that can run it, taking the models layer by layer in the experiment's order
+// (a model keeps the worker of the first layer that uses it), as the round-robin baseline
+// places them; PlaceEverywhere gives every worker every model it can run, worker w starting
+// with the w-th (data parallel).
+func (p *Policy) pin(v policies.View) error {
+	W := v.Workers()
+	plan := make([][]*model, W)
+	counts := map[string]int{}
+	var used []*model
+	for l := range v.Layers() {
+		for _, info := range v.Models() {
+			if n := v.Expected(l, info.Name); n > 0 {
+				if _, ok := counts[info.Name]; !ok {
+					used = append(used, p.byName[info.Name])
+				}
+				counts[info.Name] += n
+			}
+		}
+	}
+	if len(used) == 0 {
+		return fmt.Errorf("the workload has no LLM calls")
+	}
+	next := 0
+	for _, m := range used {
+		placed := false
+		for k := range W {
+			w := (next + k) % W
+			if !m.runs[w] {
+				continue
+			}
+			placed = true
+			if p.opts.Placement == PlaceRoundRobin {
+				plan[w] = append(plan[w], m)
+				next += k + 1
+				break
+			}
+		}
+		if !placed {
+			return fmt.Errorf("model %s runs on no worker of the cluster", m.name)
+		}
+	}
+	if p.opts.Placement == PlaceEverywhere {
+		for w := range W {
+			for i := range used {
+				if m := used[(w+i)%len(used)]; m.runs[w] {
+					plan[w] = append(plan[w], m)
+				}
+			}
+		}
+	}
+	p.plan = plan
+	for _, m := range p.models {
+		m.assigned, m.released = false, 0
+	}
+	for _, models := range plan {
+		for _, m := range models {
+			m.assigned = true
+		}
+	}
+	p.planMix = p.mix(counts)
+	return nil
+}
+
 // mix is each model's share of the expected work of counts calls (summed in the models'
 // order, so that the shares do not depend on the map's).
 func (p *Policy) mix(counts map[string]int) map[string]float64 {
@@ -508,7 +602,78 @@ func (p *Policy) push(c policies.CallRef) {
 	if q.len() == 0 {
 		q.since = c.Ready
 	}
-	q.push(c, arrival)
+	q.push(c, p.rank(c), arrival)
+}
+
+// rank is call c's rank in its model's queue under the policy's order (lower goes first).
+func (p *Policy) rank(c policies.CallRef) int64 {
+	switch p.opts.Order {
+	case OrderFCFS:
+		return 0
+	case OrderSJF:
+		return int64(math.Round(p.sjf[policies.LayerModel{Layer: c.Layer, Model: c.Model}]))
+	case OrderPLAS:
+		return p.level(p.attained.Get(c.Query))
+	case OrderATLAS:
+		path := 0.0
+		for _, x := range p.paths[c.Query][:min(c.Layer, len(p.paths[c.Query]))] {
+			path = max(path, x)
+		}
+		p.before.Set(c.ID, path)
+		return p.level(path)
+	}
+	return -int64(c.Layer)
+}
+
+// level is the attained-service level of service seconds: 0 below Quantum, then k while
+// service < Quantum * 2^k (Autellix's queues of exponentially growing quanta).
+func (p *Policy) level(service float64) int64 {
+	k := int64(0)
+	for q := p.opts.Quantum; service >= q && k < 62; q *= 2 {
+		k++
+	}
+	return k
+}
+
+// served records a finished call's service (its time on its worker, from its admission to
+// its end) for the attained-service orders.
+func (p *Policy) served(c *policies.CallRef, t policies.CallTiming) {
+	s := max(0, (t.End - t.Started).Seconds())
+	switch p.opts.Order {
+	case OrderPLAS:
+		if c.Final {
+			p.attained.Set(c.Query, 0)
+		} else {
+			p.attained.Set(c.Query, p.attained.Get(c.Query)+s)
+		}
+	case OrderATLAS:
+		before := max(0, p.before.Get(c.ID))
+		p.before.Set(c.ID, -1)
+		if c.Final {
+			delete(p.paths, c.Query)
+			return
+		}
+		path := p.paths[c.Query]
+		for len(path) <= c.Layer {
+			path = append(path, 0)
+		}
+		path[c.Layer] = max(path[c.Layer], before+s)
+		p.paths[c.Query] = path
+	}
+}
+
+// forget lets go of a query's attained service once its final call will not run.
+func (p *Policy) forget(c *policies.CallRef) {
+	if !c.Final {
+		return
+	}
+	switch p.opts.Order {
+	case OrderPLAS:
+		p.attained.Set(c.Query, 0)
+	case OrderATLAS:
+		p.before.Set(c.ID, -1)
+		delete(p.paths, c.Query)
+	}
 }
 
 // OnEvent implements policies.Policy.
@@ -519,6 +684,8 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 	switch e.Kind {
 	case policies.EventReleased:
 		p.enqueue(e.Calls)
+	case policies.EventSkipped:
+		p.forget(e.Call)
 	case policies.EventCancelled:
 		if e.Worker < 0 {
 			if h := p.held[e.Call.Query]; slices.ContainsFunc(h, func(c policies.CallRef) bool { return c.ID == e.Call.ID }) {
@@ -531,6 +698,11 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 		fallthrough
 	case policies.EventDone, policies.EventFailed:
 		if e.Call != nil {
+			if e.Kind == policies.EventDone {
+				p.served(e.Call, e.Timing)
+			} else {
+				p.forget(e.Call)
+			}
 			wk := p.workers[e.Worker]
 			if id := e.Call.ID; p.flight.Get(id) >= 0 {
 				wk.outstanding -= p.flight.Get(id)
@@ -588,7 +760,7 @@ func (p *Policy) dispatch(acts []policies.Action, v policies.View) []policies.Ac
 			if best == nil {
 				break
 			}
-			c := q.pop()
+			c := p.next(m, v)
 			p.sent(c)
 			if len(p.dropped) > 0 && p.dropped[c.id] {
 				delete(p.dropped, c.id)
@@ -598,10 +770,37 @@ func (p *Policy) dispatch(acts []policies.Action, v policies.View) []policies.Ac
 			p.flight.Set(c.id, tokens)
 			best.inflight++
 			best.outstanding += tokens
-			acts = append(acts, policies.Submit(best.id, c.id))
+			if p.priority[m.name] {
+				acts = append(acts, policies.SubmitPriority(best.id, c.id, int(c.rank)))
+			} else {
+				acts = append(acts, policies.Submit(best.id, c.id))
+			}
 		}
 	}
 	return acts
+}
+
+// next takes the next call from m's queue: its first, unless the call released first has
+// starved (Autellix's anti-starvation rule: it waited more than Starve times its program's
+// attained service, at least StarveFloor), which then goes first.
+func (p *Policy) next(m *model, v policies.View) waiting {
+	if m.guard {
+		now := v.Now()
+		o := m.oldest()
+		var service float64
+		if p.opts.Order == OrderPLAS {
+			service = p.attained.Get(o.query)
+		} else {
+			service = max(0, p.before.Get(o.id))
+		}
+		limit := max(StarveFloor.Seconds(), service) * p.opts.Starve
+		if (now - o.ready).Seconds() > limit {
+			c := m.popOldest()
+			c.rank = math.MinInt32 // the highest priority
+			return c
+		}
+	}
+	return m.pop()
 }
 
 // idle reports whether a worker has nothing in flight and nothing to serve of its model.
@@ -819,3 +1018,7 @@ func (p *Policy) maybeReplan(v policies.View) []policies.Action {
 	p.replans++
 	return acts
 }
+
+// enginePriority reports whether the model's engine schedules by priority (vLLM's
+// --scheduling-policy priority), so that a submitted call carries its rank there.
+func enginePriority(info policies.ModelInfo) bool { return false }

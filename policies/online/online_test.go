@@ -29,7 +29,7 @@ func TestQueueOrder(t *testing.T) {
 	}
 	push := func(calls ...in) {
 		for _, c := range calls {
-			q.push(policies.CallRef{ID: c.id, Layer: c.layer, Model: "M"}, arrival(c.id))
+			q.push(policies.CallRef{ID: c.id, Layer: c.layer, Model: "M"}, -int64(c.layer), arrival(c.id))
 		}
 	}
 	var got []int
@@ -73,13 +73,13 @@ func TestQueueRandomOrder(t *testing.T) {
 					now += time.Duration(r.IntN(3)) * time.Second // ties too
 				}
 				before := len(q.calls)
-				q.push(policies.CallRef{ID: q.seq + 1, Layer: layer, Model: "M"}, arrival)
+				q.push(policies.CallRef{ID: q.seq + 1, Layer: layer, Model: "M"}, -int64(layer), arrival)
 				if len(q.calls) > before {
 					heaped++
 				} else {
 					runs++
 				}
-				ref = append(ref, queued{arrival: arrival, seq: q.seq, layer: int32(layer)})
+				ref = append(ref, queued{arrival: arrival, seq: q.seq, rank: -int64(layer)})
 				continue
 			}
 			i := 0
