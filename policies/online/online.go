@@ -161,7 +161,7 @@ type Policy struct {
 	// priority says each model's engine schedules by priority: a call carries its rank there.
 	priority map[string]bool
 	plans    []*placement.StagePlan
-	replans int
+	replans  int
 	// dropped are queued calls cancelled before they were submitted.
 	dropped map[int]bool
 	// Overlap (calls released open): a query's open calls wait in held until every other
