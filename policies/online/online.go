@@ -81,11 +81,12 @@ type Options struct {
 	// Order is the order of each model's queue (default OrderDeepest; see the Order
 	// constants).
 	Order string
-	// Starve is the anti-starvation ratio of the attained-service orders (OrderPLAS,
-	// OrderATLAS): a call that has waited Starve times its program's attained service (at
-	// least StarveFloor) goes first (0: DefaultStarve; negative: never).
+	// Starve is β, the anti-starvation ratio of the attained-service orders (OrderPLAS,
+	// OrderATLAS): a queued call whose program's waiting time (its calls' waits, this one's
+	// included) reaches β times the program's service (at least ServiceFloor) moves to the
+	// first level (0: DefaultStarve; negative: never).
 	Starve float64
-	// Quantum is the attained service, in seconds on a worker, of the first level of the
+	// Quantum is the upper end, in seconds of service, of the first level of the
 	// attained-service orders; level k ends at Quantum * 2^k (0: DefaultQuantum).
 	Quantum float64
 }
@@ -108,24 +109,36 @@ const (
 	// OrderSJF: shortest expected job first: the call with the fewest expected output tokens
 	// (its model's mean at its layer).
 	OrderSJF = "sjf"
-	// OrderPLAS: program-level least attained service (Autellix, Luo et al., arXiv
-	// 2502.13965, §4.2): the call whose query has received the least service so far, the sum
-	// of its finished calls' times on a worker, discretised into levels (see Quantum), with
-	// anti-starvation (Starve).
+	// OrderPLAS: program-level least attained service (Autellix: Luo et al., "Autellix: An
+	// Efficient Serving Engine for LLM Agents as General Programs", arXiv 2502.13965v1,
+	// §4.2.1, Eq. 1): a call's priority is its program's service when it is released, the sum
+	// of the run times (admission to end on a worker) of the program's calls finished so far,
+	// discretised into levels (§4.2.2: K queues of priority ranges, a call entering the queue
+	// of its range; here level k ends at Quantum * 2^k), FCFS by release within a level, with
+	// the anti-starvation rule of Algorithm 1 (lines 24-30; Starve).
 	OrderPLAS = "plas"
-	// OrderATLAS: adaptive thread-level attained service (Autellix §4.2), PLAS for programs
-	// that fan out: a call's service is the longest path of service that leads to it, so a
-	// call on a query's critical path is not held back by its siblings' service.
+	// OrderATLAS: adaptive thread-level attained service (Autellix §4.2.1, Eq. 2), for
+	// programs that fan out: a call's priority is the longest chain of service leading to it.
+	// As Autellix implements it (Algorithm 1, line 4), one value per program, the longest
+	// critical path seen: a call takes it when released, and a finished call raises it to its
+	// own priority plus its run time if that is longer. For a MoA query the aggregator gets
+	// its slowest expert's run time (their sum under PLAS).
 	OrderATLAS = "atlas"
 )
 
-// Defaults of the attained-service orders.
+// Defaults of the attained-service orders. Autellix publishes neither its number of queues,
+// nor their ranges, nor β (arXiv 2502.13965v1 gives no values): these are ours. Levels double
+// from 10 s of service, about one 500-token call at 20 ms a token; β = 8 is the value of the
+// public reimplementations of Autellix's scheduler.
 const (
-	DefaultStarve  = 2.0
+	DefaultStarve  = 8.0
 	DefaultQuantum = 10.0
-	// StarveFloor is the least attained service the anti-starvation rule measures a wait
-	// against, so that a fresh query's calls are not promoted at once.
-	StarveFloor = time.Minute
+	// ServiceFloor is the least service the anti-starvation ratio divides by, so that a
+	// program with no service yet is not promoted at once (the paper leaves the case open).
+	ServiceFloor = time.Second
+	// starveScan bounds the queued calls, oldest first, that the anti-starvation rule checks
+	// at each dispatch.
+	starveScan = 64
 )
 
 // Orders lists the queue orders, for errors and listings.
@@ -150,12 +163,12 @@ type Policy struct {
 	// flight is the expected output tokens of each call in flight, by call ID (-1: not in
 	// flight).
 	flight sparse.Slice[float64]
-	// The attained-service orders: attained is each query's service so far in seconds
-	// (OrderPLAS), paths each query's longest path of service ending at each layer and before
-	// the path that leads to each call in flight, by call ID (OrderATLAS).
-	attained sparse.Slice[float64]
-	paths    map[int][]float64
-	before   sparse.Slice[float64]
+	// The attained-service orders: service is each query's service in seconds (the sum of
+	// its finished calls' run times under PLAS, its longest path of service under ATLAS),
+	// waited its calls' waits so far, and before each released call's priority, by call ID.
+	service sparse.Slice[float64]
+	waited  sparse.Slice[float64]
+	before  sparse.Slice[float64]
 	// sjf is the expected output tokens of a layer's calls of a model (OrderSJF).
 	sjf map[policies.LayerModel]float64
 	// priority says each model's engine schedules by priority: a call carries its rank there.
@@ -256,9 +269,9 @@ func (p *Policy) resetIDs() {
 	p.unsent = sparse.Slice[int32]{}
 	p.arrival = sparse.Slice[time.Duration]{Fill: -1}
 	p.flight = sparse.Slice[float64]{Fill: -1}
-	p.attained = sparse.Slice[float64]{}
-	p.before = sparse.Slice[float64]{Fill: -1}
-	p.paths = map[int][]float64{}
+	p.service = sparse.Slice[float64]{}
+	p.waited = sparse.Slice[float64]{}
+	p.before = sparse.Slice[float64]{}
 }
 
 // Name implements policies.Policy.
@@ -602,6 +615,9 @@ func (p *Policy) push(c policies.CallRef) {
 	if q.len() == 0 {
 		q.since = c.Ready
 	}
+	if p.attained() {
+		arrival = c.Ready // FCFS by release within a level
+	}
 	q.push(c, p.rank(c), arrival)
 }
 
@@ -612,21 +628,16 @@ func (p *Policy) rank(c policies.CallRef) int64 {
 		return 0
 	case OrderSJF:
 		return int64(math.Round(p.sjf[policies.LayerModel{Layer: c.Layer, Model: c.Model}]))
-	case OrderPLAS:
-		return p.level(p.attained.Get(c.Query))
-	case OrderATLAS:
-		path := 0.0
-		for _, x := range p.paths[c.Query][:min(c.Layer, len(p.paths[c.Query]))] {
-			path = max(path, x)
-		}
-		p.before.Set(c.ID, path)
-		return p.level(path)
+	case OrderPLAS, OrderATLAS:
+		s := p.service.Get(c.Query)
+		p.before.Set(c.ID, s)
+		return p.level(s)
 	}
 	return -int64(c.Layer)
 }
 
 // level is the attained-service level of service seconds: 0 below Quantum, then k while
-// service < Quantum * 2^k (Autellix's queues of exponentially growing quanta).
+// service < Quantum * 2^k (levels of exponentially growing ranges).
 func (p *Policy) level(service float64) int64 {
 	k := int64(0)
 	for q := p.opts.Quantum; service >= q && k < 62; q *= 2 {
@@ -635,45 +646,38 @@ func (p *Policy) level(service float64) int64 {
 	return k
 }
 
-// served records a finished call's service (its time on its worker, from its admission to
-// its end) for the attained-service orders.
+// attained reports whether the policy orders by attained service.
+func (p *Policy) attained() bool { return p.opts.Order == OrderPLAS || p.opts.Order == OrderATLAS }
+
+// served records a finished call's run time (admission to end on its worker) in its
+// program's service (Autellix's Algorithm 1, line 4).
 func (p *Policy) served(c *policies.CallRef, t policies.CallTiming) {
-	s := max(0, (t.End - t.Started).Seconds())
-	switch p.opts.Order {
-	case OrderPLAS:
-		if c.Final {
-			p.attained.Set(c.Query, 0)
-		} else {
-			p.attained.Set(c.Query, p.attained.Get(c.Query)+s)
-		}
-	case OrderATLAS:
-		before := max(0, p.before.Get(c.ID))
-		p.before.Set(c.ID, -1)
-		if c.Final {
-			delete(p.paths, c.Query)
-			return
-		}
-		path := p.paths[c.Query]
-		for len(path) <= c.Layer {
-			path = append(path, 0)
-		}
-		path[c.Layer] = max(path[c.Layer], before+s)
-		p.paths[c.Query] = path
+	if !p.attained() {
+		return
+	}
+	if c.Final {
+		p.forget(c)
+		return
+	}
+	run := max(0, (t.End - t.Started).Seconds())
+	before := p.before.Get(c.ID)
+	p.before.Set(c.ID, 0)
+	if p.opts.Order == OrderPLAS {
+		p.service.Set(c.Query, p.service.Get(c.Query)+run)
+	} else {
+		p.service.Set(c.Query, max(p.service.Get(c.Query), before+run))
 	}
 }
 
-// forget lets go of a query's attained service once its final call will not run.
+// forget lets go of what the attained-service orders keep of a query once its final call
+// ended or will not run.
 func (p *Policy) forget(c *policies.CallRef) {
-	if !c.Final {
+	if !c.Final || !p.attained() {
 		return
 	}
-	switch p.opts.Order {
-	case OrderPLAS:
-		p.attained.Set(c.Query, 0)
-	case OrderATLAS:
-		p.before.Set(c.ID, -1)
-		delete(p.paths, c.Query)
-	}
+	p.before.Set(c.ID, 0)
+	p.service.Set(c.Query, 0)
+	p.waited.Set(c.Query, 0)
 }
 
 // OnEvent implements policies.Policy.
@@ -780,27 +784,24 @@ func (p *Policy) dispatch(acts []policies.Action, v policies.View) []policies.Ac
 	return acts
 }
 
-// next takes the next call from m's queue: its first, unless the call released first has
-// starved (Autellix's anti-starvation rule: it waited more than Starve times its program's
-// attained service, at least StarveFloor), which then goes first.
+// next takes the next call from m's queue, after the anti-starvation rule (Autellix's
+// Algorithm 1, lines 24-30) moved the calls that starved to the first level: a call whose
+// program's waiting time, its calls' waits so far and this one's, reaches Starve times the
+// program's service (at least ServiceFloor) joins the first level behind the calls there.
+// Only the oldest queued calls are checked, starveScan of them.
 func (p *Policy) next(m *model, v policies.View) waiting {
 	if m.guard {
 		now := v.Now()
-		o := m.oldest()
-		var service float64
-		if p.opts.Order == OrderPLAS {
-			service = p.attained.Get(o.query)
-		} else {
-			service = max(0, p.before.Get(o.id))
-		}
-		limit := max(StarveFloor.Seconds(), service) * p.opts.Starve
-		if (now - o.ready).Seconds() > limit {
-			c := m.popOldest()
-			c.rank = math.MinInt32 // the highest priority
-			return c
-		}
+		m.promote(starveScan, now, func(w waiting) bool {
+			wait := p.waited.Get(w.query) + (now - w.ready).Seconds()
+			return wait >= p.opts.Starve*max(ServiceFloor.Seconds(), p.service.Get(w.query))
+		})
 	}
-	return m.pop()
+	c := m.pop()
+	if p.attained() {
+		p.waited.Set(c.query, p.waited.Get(c.query)+(v.Now()-c.ready).Seconds())
+	}
+	return c
 }
 
 // idle reports whether a worker has nothing in flight and nothing to serve of its model.

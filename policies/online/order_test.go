@@ -12,9 +12,10 @@ import (
 	"github.com/mosaic-sched/mosaic/policies/internal/policytest"
 )
 
-// TestQueueGuardRandom pushes calls with random ranks and takes them either first by rank or
-// oldest by release, at random, and checks both against a reference list: a call taken one way
-// never comes out the other.
+// TestQueueGuardRandom pushes calls with random ranks, pops the first by rank or promotes
+// some of the oldest at random, and checks both against a reference list kept in the order
+// calls were queued: a promoted call goes to rank 0 behind the calls there, and a call taken
+// from one structure never comes out of the other.
 func TestQueueGuardRandom(t *testing.T) {
 	for seed := range uint64(20) {
 		r := rand.New(rand.NewPCG(seed, 11))
@@ -23,33 +24,49 @@ func TestQueueGuardRandom(t *testing.T) {
 			e  queued
 			id int
 		}
-		var held []ref
+		var held []ref // in the order queued
+		seq, promoted := 0, 0
+		now := time.Duration(0)
 		for i := range 6000 {
-			if r.IntN(2) == 0 || len(held) == 0 {
-				c := policies.CallRef{ID: i, Ready: time.Duration(i)}
-				rank, arrival := int64(r.IntN(4)), time.Duration(r.IntN(50))
-				q.push(c, rank, arrival)
-				held = append(held, ref{queued{rank: rank, arrival: arrival, seq: q.seq}, i})
-				continue
-			}
-			if r.IntN(3) == 0 {
-				// The oldest: the first pushed of those held.
-				w := q.popOldest()
-				require.Equal(t, held[0].id, w.id, "seed %d", seed)
-				held = held[1:]
-			} else {
+			now += time.Duration(r.IntN(3)) * time.Second
+			switch op := r.IntN(5); {
+			case op < 2 || len(held) == 0:
+				rank, arrival := int64(r.IntN(4)), now-time.Duration(r.IntN(50))*time.Second
+				q.push(policies.CallRef{ID: i, Ready: now}, rank, arrival)
+				seq++
+				held = append(held, ref{queued{rank: rank, arrival: arrival, seq: seq}, i})
+			case op == 2:
+				// Promote the calls of an ID divisible by 3 among the 5 oldest.
+				starved := func(id int) bool { return id%3 == 0 }
+				q.promote(5, now, func(w waiting) bool { return starved(w.id) })
+				var keep, moved []ref
+				for k, h := range held {
+					if k < 5 && h.e.rank > 0 && starved(h.id) {
+						moved = append(moved, h)
+					} else {
+						keep = append(keep, h)
+					}
+				}
+				for _, h := range moved {
+					seq++
+					keep = append(keep, ref{queued{rank: 0, arrival: now, seq: seq}, h.id})
+				}
+				promoted += len(moved)
+				held = keep
+			default:
 				best := 0
-				for j := range held {
-					if queuedLess(&held[j].e, &held[best].e) {
-						best = j
+				for k := range held {
+					if queuedLess(&held[k].e, &held[best].e) {
+						best = k
 					}
 				}
 				w := q.pop()
-				require.Equal(t, held[best].id, w.id, "seed %d", seed)
+				require.Equal(t, held[best].id, w.id, "seed %d, step %d", seed, i)
 				held = append(held[:best], held[best+1:]...)
 			}
 			require.Equal(t, len(held), q.len())
 		}
+		require.Positive(t, promoted, "seed %d", seed)
 	}
 }
 
@@ -83,19 +100,25 @@ func TestAttainedOrders(t *testing.T) {
 			id, query int
 			s         float64
 		}{{1, 1, 12}, {2, 1, 13}, {3, 2, 5}} {
+			c, _ := expert(x.id, x.query, x.s)
+			p.push(c) // released together
+		}
+		for _, x := range []struct {
+			id, query int
+			s         float64
+		}{{1, 1, 12}, {2, 1, 13}, {3, 2, 5}} {
 			c, tm := expert(x.id, x.query, x.s)
-			p.push(c)
 			p.served(&c, tm)
 		}
 		for m.len() > 0 {
 			m.pop()
 		}
 		if tc.order == OrderPLAS {
-			assert.InDelta(t, 25, p.attained.Get(1), 1e-9)
+			assert.InDelta(t, 25, p.service.Get(1), 1e-9, "the sum of the run times")
 			assert.Equal(t, int64(2), p.level(25))
 		}
 		if tc.order == OrderATLAS {
-			assert.Equal(t, []float64{13}, p.paths[1])
+			assert.InDelta(t, 13, p.service.Get(1), 1e-9, "the longest path")
 		}
 		// Query 1's aggregator (layer 1), query 2's second-layer call and query 3's first call.
 		p.push(policies.CallRef{ID: 10, Query: 1, Layer: 1, Model: "M", Final: true})
@@ -109,27 +132,28 @@ func TestAttainedOrders(t *testing.T) {
 	}
 }
 
-// TestStarvation checks Autellix's anti-starvation rule: a call that waited longer than
-// Starve times its program's attained service (at least StarveFloor) goes before calls of
-// lower levels.
+// TestStarvation checks Autellix's anti-starvation rule: a queued call moves to the first
+// level, behind the calls there, once its program's waiting time reaches Starve times its
+// service.
 func TestStarvation(t *testing.T) {
 	p := New(Options{Order: OrderPLAS, Starve: 2})
 	m := &model{name: "M"}
 	m.guard = true
 	p.models, p.byName = []*model{m}, map[string]*model{"M": m}
-	p.attained.Set(1, 90) // level 4 at 10 s quanta (80 <= 90 < 160)
+	p.service.Set(1, 90) // level 4 at 10 s levels (80 <= 90 < 160)
 	p.push(policies.CallRef{ID: 1, Query: 1, Model: "M", Ready: 0})
 	p.push(policies.CallRef{ID: 2, Query: 2, Model: "M", Ready: time.Second})
 	p.push(policies.CallRef{ID: 3, Query: 3, Model: "M", Ready: 2 * time.Second})
-	// At 100 s call 1 waited 100 s <= 2 x 90 s: the lower level goes first.
+	// At 100 s call 1 waited 100 s < 2 x 90 s: the first level goes first.
 	v := clockView{now: 100 * time.Second}
 	assert.Equal(t, 2, p.next(m, v).id)
-	// At 181 s it waited more than 180 s: it goes first, at the highest priority.
-	v.now = 181 * time.Second
+	assert.InDelta(t, 99, p.waited.Get(2), 1e-9, "query 2's wait")
+	// At 180 s it waited 2 x 90 s: it joins the first level, behind call 3.
+	v.now = 180 * time.Second
+	assert.Equal(t, 3, p.next(m, v).id)
 	c := p.next(m, v)
 	assert.Equal(t, 1, c.id)
-	assert.Less(t, c.rank, int64(0))
-	assert.Equal(t, 3, p.next(m, v).id)
+	assert.Equal(t, int64(0), c.rank, "it carries the first level's priority")
 	assert.Equal(t, 0, m.len())
 }
 

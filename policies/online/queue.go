@@ -15,9 +15,9 @@ import (
 // and pop takes the smaller head of the two, so that a long backlog of arrivals costs no heap
 // operations.
 //
-// With starvation guarding on (fifo), every call also waits in fifo, in release order, and
-// popOldest takes the call released first whatever its rank: a call taken through one
-// structure is left in the other and skipped there (its slot's seq no longer matches).
+// With starvation guarding on (guard), every call also waits in fifo, in the order it was
+// queued, where promote finds the oldest: a call taken from its place is left in the other
+// structure and skipped there (its slot's seq no longer matches).
 type queue struct {
 	calls []queued // heap
 	run   []queued // run[head:] is sorted
@@ -71,8 +71,13 @@ func (q *queue) len() int { return q.n }
 
 // push queues call c of rank rank, of a query that arrived at arrival.
 func (q *queue) push(c policies.CallRef, rank int64, arrival time.Duration) {
+	q.add(waiting{id: c.ID, query: c.Query, open: c.Open, ready: c.Ready}, rank, arrival)
+}
+
+// add queues w at rank rank with order key arrival.
+func (q *queue) add(w waiting, rank int64, arrival time.Duration) {
 	q.seq++
-	w := waiting{id: c.ID, query: c.Query, open: c.Open, seq: q.seq, ready: c.Ready, rank: rank}
+	w.seq, w.rank = q.seq, rank
 	var slot int32
 	if n := len(q.free); n > 0 {
 		slot, q.free = q.free[n-1], q.free[:n-1]
@@ -131,29 +136,31 @@ func (q *queue) pop() waiting {
 	}
 }
 
-// oldest returns the queued call released first (starvation guarding only; the queue is not
-// empty).
-func (q *queue) oldest() waiting {
-	for !q.live(&q.fifo[q.fhead]) {
-		q.fhead++
+// promote moves to rank 0, behind the calls queued there (order key now), those of the n
+// oldest queued calls (by release) of a rank above 0 for which starved holds (starvation
+// guarding only).
+func (q *queue) promote(n int, now time.Duration, starved func(w waiting) bool) {
+	var hit []queued
+	for i, seen := q.fhead, 0; i < len(q.fifo) && seen < n; i++ {
+		e := &q.fifo[i]
+		if !q.live(e) {
+			if i == q.fhead {
+				q.fhead++
+			}
+			continue
+		}
+		seen++
+		if e.rank > 0 && starved(q.refs[e.slot]) {
+			hit = append(hit, *e)
+		}
+	}
+	for _, e := range hit {
+		q.add(q.take(e), 0, now)
 	}
 	if q.fhead >= 1024 && 2*q.fhead >= len(q.fifo) {
 		q.fifo = q.fifo[:copy(q.fifo, q.fifo[q.fhead:])]
 		q.fhead = 0
 	}
-	return q.refs[q.fifo[q.fhead].slot]
-}
-
-// popOldest removes and returns the call oldest returned.
-func (q *queue) popOldest() waiting {
-	q.oldest()
-	e := q.fifo[q.fhead]
-	q.fhead++
-	w := q.take(e)
-	if q.n == 0 {
-		q.reset()
-	}
-	return w
 }
 
 // reset drops the entries of calls that left through the other structure, once none waits.
