@@ -520,8 +520,9 @@ type AttainedOptions struct {
 	// Quantum is the attained service of the first priority level; level k ends at quantum
 	// x 2^k (default "10s").
 	Quantum time.Duration `toml:"quantum"`
-	// Starve is the anti-starvation ratio: a call that waited starve times its program's
-	// attained service (at least a minute) goes first (default 2; negative: never).
+	// Starve is β, the anti-starvation ratio: a queued call moves to the first level once its
+	// program's waiting time reaches starve times its service (at least 1 s) (default 8;
+	// negative: never).
 	Starve *float64 `toml:"starve"`
 }
 
