@@ -11,7 +11,7 @@ import (
 // copy shares only what nothing changes: the file's key positions, for messages. A sweep
 // parses its file once and gives each point such a copy.
 func (e *Experiment) Clone() *Experiment {
-	c := &Experiment{file: e.file, dir: e.dir, overrides: maps.Clone(e.overrides)}
+	c := &Experiment{file: e.file, dir: e.dir, overrides: maps.Clone(e.overrides), ownPolicies: e.ownPolicies, durationApplied: e.durationApplied}
 	src, dst := reflect.ValueOf(e).Elem(), reflect.ValueOf(c).Elem()
 	for i := range src.NumField() {
 		if src.Type().Field(i).IsExported() {

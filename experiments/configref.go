@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/policies/online"
 	"github.com/mosaic-sched/mosaic/policies/placement"
 	"github.com/mosaic-sched/mosaic/policies/solver"
@@ -38,6 +39,7 @@ var codeDefaults = map[string]string{
 	"engine.block_size":                  strconv.Itoa(DefaultBlockSize),
 	"engine.prefix_caching":              "false (or the preset's)",
 	"workload.tokens_per_word":           strconv.FormatFloat(traces.DefaultTokensPerWord, 'g', -1, 64),
+	"workload.warmup":                    strconv.FormatFloat(policies.DefaultWarmup, 'g', -1, 64),
 	"workload.votes.options":             strconv.Itoa(traces.DefaultOptions),
 	"workload.routing.keywords":          strconv.Itoa(traces.DefaultRoutingKeywords),
 	"workload.routing.vocabulary":        strconv.Itoa(traces.DefaultRoutingVocabulary),

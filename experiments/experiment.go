@@ -52,6 +52,11 @@ type Experiment struct {
 	dir  string // directory of the file, for relative paths
 	// overrides are the keys set on the command line (--set, --sweep, --seed).
 	overrides map[string]bool
+	// durationApplied says workload.queries was set from workload.duration.
+	durationApplied bool
+	// ownPolicies says the policies were replaced (ReplacePolicies): the file's [[policy]]
+	// keys do not apply.
+	ownPolicies bool
 	// share is what the points of a sweep share while they resolve (nil outside a sweep;
 	// see sweepshare.go).
 	share *resolveShare
@@ -184,6 +189,13 @@ type Workload struct {
 	ArrivalCV      float64 `toml:"arrival_cv"`
 	ArrivalTrace   string  `toml:"arrival_trace"`
 	ArrivalColumn  string  `toml:"arrival_column"`
+	// Duration is how long queries arrive: with arrival_rate, the workload has rate x
+	// duration queries (rounded up), so that the points of a sweep over the rate share one
+	// horizon (give queries or duration, not both; generated workloads only).
+	Duration time.Duration `toml:"duration"`
+	// Warmup is the share of an online run's queries, the first to arrive, that its
+	// steady-state figures (summary.csv's window_ columns) leave out (default 0.2).
+	Warmup *float64 `toml:"warmup"`
 
 	// moa: the expert pool and routing ...
 	Experts []string `toml:"experts"`
@@ -644,7 +656,7 @@ func (e *Experiment) errorf(key, format string, args ...any) error {
 // has reports whether key is given in the file or on the command line (so that an explicit
 // zero is an error, not a default).
 func (e *Experiment) has(key string) bool {
-	return e.overrides[key] || e.file.Has(key)
+	return e.overrides[key] || e.fileHas(key)
 }
 
 // path resolves a path given in the file relative to the file's directory.

@@ -25,6 +25,9 @@ var Kinds = []string{KindBatch, KindMoA, KindLayered, KindTree, KindDAG}
 // arrivalKeys are the [workload] keys of arrivals, which every graph kind takes.
 var arrivalKeys = []string{"arrival_rate", "arrival_process", "arrival_cv", "arrival_trace", "arrival_column"}
 
+// windowKeys are the [workload] keys of an online run's steady-state window.
+var windowKeys = []string{"warmup", "duration"}
+
 // questionKeys are the [workload] keys of the questions of the graph kinds.
 var questionKeys = []string{"queries", "questions", "dataset", "template_tokens", "tokens_per_word", "prompt_tokens", "votes", "aggregator"}
 
@@ -32,10 +35,10 @@ var questionKeys = []string{"queries", "questions", "dataset", "template_tokens"
 // kind is an error rather than silently ignored.
 var workloadKeys = map[string][]string{
 	KindBatch:   {"kind", "model", "requests", "input_tokens", "output_tokens", "arrival_rate"},
-	KindMoA:     join([]string{"kind", "experts", "experts_per_query", "routing", "trace", "answers"}, questionKeys, arrivalKeys),
-	KindLayered: join([]string{"kind", "layers", "proposers", "gate"}, questionKeys, arrivalKeys),
-	KindTree:    join([]string{"kind", "shape", "models", "gate", "dense"}, questionKeys, arrivalKeys),
-	KindDAG:     join([]string{"kind", "node"}, questionKeys, arrivalKeys),
+	KindMoA:     join([]string{"kind", "experts", "experts_per_query", "routing", "trace", "answers"}, questionKeys, arrivalKeys, windowKeys),
+	KindLayered: join([]string{"kind", "layers", "proposers", "gate"}, questionKeys, arrivalKeys, windowKeys),
+	KindTree:    join([]string{"kind", "shape", "models", "gate", "dense"}, questionKeys, arrivalKeys, windowKeys),
+	KindDAG:     join([]string{"kind", "node"}, questionKeys, arrivalKeys, windowKeys),
 }
 
 // subKeys restricts the keys of a [workload] table per kind (kind -> table -> allowed keys;
@@ -50,8 +53,8 @@ var subKeys = map[string]map[string][]string{
 
 // Keys a moa workload read from a file or built from an answer file takes.
 var (
-	traceKeys   = join([]string{"kind", "trace"}, arrivalKeys)
-	answersKeys = join([]string{"kind", "answers", "experts", "experts_per_query", "queries", "dataset", "prompt_tokens", "template_tokens", "votes", "aggregator"}, arrivalKeys)
+	traceKeys   = join([]string{"kind", "trace"}, arrivalKeys, windowKeys)
+	answersKeys = join([]string{"kind", "answers", "experts", "experts_per_query", "queries", "dataset", "prompt_tokens", "template_tokens", "votes", "aggregator"}, arrivalKeys, windowKeys)
 )
 
 func join(lists ...[]string) []string {

@@ -324,6 +324,9 @@ func (s *replaySession) replayPolicy(ctx context.Context, p ResolvedPolicy) erro
 	s.measured[p.Label] = res
 	row := summaryRow(r.Name, "replay", uint64(r.Seed), m.SLO, res)
 	row.Runs, row.HostLagPct = pr.Runs, pr.HostLag.Pct
+	if row.Steady, err = r.steady(res, p.Rule); err != nil {
+		return err
+	}
 	pr.Retries, pr.FailedCalls = row.Retries, row.FailedCalls
 	if pr.HostLag.Over() {
 		slog.Warn("the host could not keep up: its own delays stretched the measured times",
@@ -462,6 +465,7 @@ func writeReplaySummary(dir *results.Dir, wl *traces.Workload, slo policies.SLO,
 				}
 				nr := summaryRow(row.Experiment, row.Mode, row.Seed, slo, res.Restrict(keep, always))
 				nr.FailedCalls, nr.Retries, nr.Runs, nr.HostLagPct = row.FailedCalls, row.Retries, row.Runs, row.HostLagPct
+				nr.Steady = row.Steady // over every query the policy ran
 				nr.Status = results.StatusPartial
 				out[i] = nr
 			}

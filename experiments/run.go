@@ -120,6 +120,9 @@ func (r *Resolved) Simulate(ctx context.Context, progress Progress) (*Run, error
 	}
 	run := &Run{Experiment: r, Mode: "sim", Results: res, Policies: pols}
 	run.Summaries = Summarize(r.Name, run.Mode, uint64(r.Seed), m.SLO, res)
+	if err := r.addSteady(run.Summaries, res); err != nil {
+		return nil, err
+	}
 	return run, nil
 }
 
@@ -602,6 +605,38 @@ func writeLatencyTable(w io.Writer, rows []results.SummaryRow, slo policies.SLO)
 			fmt.Fprintf(w, " %7.1f%% %8.3f", 100*s.SLOAttainment, s.RequestGoodput)
 		}
 		if _, err := fmt.Fprintln(w); err != nil {
+			return err
+		}
+	}
+	return writeSteadyTable(w, rows)
+}
+
+// writeSteadyTable prints the steady state of an online run's policies (nothing when the rows
+// have none): the window, the load against the cluster's capacity, and the figures over the
+// window.
+func writeSteadyTable(w io.Writer, rows []results.SummaryRow) error {
+	if len(rows) == 0 || rows[0].Steady == nil {
+		return nil
+	}
+	s0 := rows[0].Steady
+	state := "below capacity"
+	if s0.Overloaded {
+		state = "OVERLOADED: no steady state; latencies grow with the run's length"
+	}
+	fmt.Fprintf(w, "steady state: arrivals %.0f-%.0f s (%d queries after the warm-up); %.3f queries/s offered, capacity %.3f (load %.2f, %s)\n",
+		s0.WindowStartS, s0.WindowEndS, s0.WindowQueries, s0.ArrivalRate, s0.CapacityQPS, s0.Load, state)
+	fmt.Fprintf(w, "%-18s %9s %9s %9s %9s %9s %8s %8s\n", "policy", "e2el_mean", "e2el_p50", "e2el_p99", "ttft_p50", "ttft_p99", "slo_met", "done/s")
+	for _, r := range rows {
+		s := r.Steady
+		if s == nil {
+			continue
+		}
+		slo := "-"
+		if !math.IsNaN(s.SLOAttainment) {
+			slo = fmt.Sprintf("%.1f%%", 100*s.SLOAttainment)
+		}
+		if _, err := fmt.Fprintf(w, "%-18s %9.1f %9.1f %9.1f %9.1f %9.1f %8s %8.3f\n", r.Policy, s.MeanE2ELS, s.MedianE2ELS, s.P99E2ELS,
+			s.MedianTTFTS, s.P99TTFTS, slo, s.Throughput); err != nil {
 			return err
 		}
 	}

@@ -20,6 +20,7 @@ func (e *Experiment) Set(assignment string) error {
 	if !ok || key == "" {
 		return fmt.Errorf("--set %q: want key=value", assignment)
 	}
+	e.durationApplied = false // the queries follow the duration again, at the new rate
 	v := reflect.ValueOf(e).Elem()
 	prevSeg := ""
 	for _, seg := range strings.Split(key, ".") {

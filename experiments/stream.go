@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
 	"sync"
 
@@ -45,6 +46,9 @@ type Sim struct {
 // real one, checking each call's length as Resolve would (a call too long for its engine
 // fails the run when it is drawn, with Resolve's error).
 func (e *Experiment) ResolveSim() (*Sim, error) {
+	if err := e.queriesFromDuration(); err != nil {
+		return nil, err
+	}
 	if !e.mayStream() {
 		return e.resolveHeld()
 	}
@@ -158,6 +162,16 @@ func (s *Sim) Run(ctx context.Context, progress Progress, dir *results.Dir) (*Ru
 	}
 	run := &Run{Experiment: r, Mode: "sim", Results: res, Policies: pols, queries: s.queries, written: files != nil}
 	run.Summaries = Summarize(r.Name, run.Mode, uint64(r.Seed), m.SLO, res)
+	if m.Online && m.sample == nil {
+		sample, err := s.firstQueries(capacityQueries)
+		if err != nil {
+			return nil, err
+		}
+		m.sample = sample
+	}
+	if err := r.addSteady(run.Summaries, res); err != nil {
+		return nil, err
+	}
 	return run, nil
 }
 
@@ -551,3 +565,23 @@ func (p *prefetch) Next() (*traces.Query, error) {
 
 // stop ends the drawing (the Driver has read what it needs, or gave up).
 func (p *prefetch) stop() { close(p.done) }
+
+// firstQueries draws the first n queries of the streamed workload (fewer if it has fewer).
+func (s *Sim) firstQueries(n int) ([]traces.Query, error) {
+	st, err := s.stream()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]traces.Query, 0, min(n, st.Len()))
+	for len(out) < n {
+		q, err := st.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, *q)
+	}
+	return out, nil
+}

@@ -110,7 +110,7 @@ func simulateStreamed(t *testing.T, tc streamCase) (string, string) {
 // batch, and a MoA workload whose vote model is calibrated over every query.
 func TestResolveSimHolds(t *testing.T) {
 	for _, tc := range []streamCase{
-		{file: "examples/online-moa.toml", sets: []string{"workload.arrival_rate=0"}},
+		{file: "examples/online-moa.toml", sets: []string{"workload.arrival_rate=0", "workload.queries=600"}},
 		{file: "examples/online-moa.toml", sets: []string{"workload.votes.unanimous=0.4"}},
 		{file: "examples/online-moa.toml", sets: []string{"workload.queries=1"}},
 	} {

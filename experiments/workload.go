@@ -37,6 +37,15 @@ type GraphWorkload struct {
 	Arrivals traces.Arrivals
 	// SLO is the per-query latency objective of the summaries.
 	SLO policies.SLO
+	// Online says queries arrive over time (arrival keys, or a trace's own timestamps): the
+	// policies serve each call when it is ready and the summaries add the steady state of
+	// Warmup (the share of the queries, the first to arrive, left out of it).
+	Online bool
+	Warmup float64
+	// caps caches the cluster's capacity under each rule; sample is the streamed workload's
+	// first queries it is computed over (nil: the held workload's).
+	caps   *capacities
+	sample []traces.Query
 	// Policies in the order listed; the first is the baseline.
 	Policies []ResolvedPolicy
 }
@@ -81,8 +90,11 @@ func (e *Experiment) dataPath(key, p string) (string, error) {
 func (r *Resolved) resolveGraph(kind string) error {
 	e := r.Experiment
 	w := e.Workload
-	m := &GraphWorkload{Kind: kind, Outputs: map[policies.LayerModel]traces.LengthDist{}}
+	m := &GraphWorkload{Kind: kind, Outputs: map[policies.LayerModel]traces.LengthDist{}, caps: &capacities{}}
 	if err := e.checkWorkloadKeys(kind); err != nil {
+		return err
+	}
+	if err := e.queriesFromDuration(); err != nil {
 		return err
 	}
 	if err := e.checkWorkloadNumbers(); err != nil {
@@ -113,6 +125,17 @@ func (r *Resolved) resolveGraph(kind string) error {
 		return err
 	}
 	m.SLO = policies.SLO{E2E: e.SLO.E2E, TTFT: e.SLO.TTFT}
+	m.Online = !m.Arrivals.Offline() || slices.ContainsFunc(m.Workload.Queries, func(q traces.Query) bool { return q.Arrival > 0 })
+	m.Warmup = policies.DefaultWarmup
+	if w := e.Workload.Warmup; w != nil {
+		switch {
+		case !(*w >= 0 && *w < 1):
+			return e.errorf("workload.warmup", "must be a share of the queries in [0, 1), got %g", *w)
+		case !m.Online:
+			return e.errorf("workload.warmup", "applies to queries arriving over time (workload.arrival_rate), not to an offline batch")
+		}
+		m.Warmup = *w
+	}
 	for key, d := range map[string]time.Duration{"slo.e2e": e.SLO.E2E, "slo.ttft": e.SLO.TTFT} {
 		if d < 0 || (d == 0 && e.has(key)) {
 			return e.errorf(key, "must be a positive duration such as \"30s\", got %v", d)
@@ -637,7 +660,7 @@ func (r *Resolved) resolvePolicies(m *GraphWorkload) error {
 			return e.errorf(key+".label", "policy %q is listed twice: give each a distinct label", label)
 		}
 		labels[label] = true
-		live := !m.Arrivals.Offline()
+		live := m.Online
 		if p.Dispatch != "" {
 			if !slices.Contains(online.Orders, lower(p.Dispatch)) {
 				return e.errorf(key+".dispatch", "unknown dispatch order %q (known: %s)", p.Dispatch, strings.Join(online.Orders, ", "))
@@ -716,5 +739,41 @@ func (r *Resolved) SelectPolicies(labels []string) error {
 		kept = append(kept, r.Graph.Policies[i])
 	}
 	r.Graph.Policies = kept
+	return nil
+}
+
+// queriesFromDuration sets the number of queries from workload.duration: the arrival rate times
+// the duration, rounded up. The command line beats the file: --set workload.queries=N on a file
+// that gives a duration runs N queries (and --set workload.duration on a file that gives
+// queries, the duration's); both in the file, or both on the command line, is an error. It
+// applies once (durationApplied), so that the copy of an experiment resolved with fewer queries
+// (ResolveSim's cut) keeps them.
+func (e *Experiment) queriesFromDuration() error {
+	w := &e.Workload
+	if e.durationApplied || w.Duration == 0 && !e.has("workload.duration") {
+		return nil
+	}
+	if e.has("workload.queries") {
+		switch q, d := e.overrides["workload.queries"], e.overrides["workload.duration"]; {
+		case q && !d:
+			return nil // the command line's queries
+		case !(d && !q):
+			return e.errorf("workload.duration", "give queries or duration, not both")
+		}
+	}
+	switch {
+	case w.Duration < time.Second:
+		return e.errorf("workload.duration", "must be a duration of a second or more, such as \"4000s\" (a bare number means nanoseconds), got %v", w.Duration)
+	case w.Trace != "" || w.Answers != "":
+		return e.errorf("workload.duration", "applies to generated workloads: a workload file or an answer file has its own queries")
+	case !(w.ArrivalRate > 0) || w.ArrivalTrace != "":
+		return e.errorf("workload.duration", "needs a positive workload.arrival_rate (Poisson or gamma arrivals): the queries are the rate times the duration")
+	}
+	n := math.Ceil(w.ArrivalRate * w.Duration.Seconds())
+	if n > 1e8 {
+		return e.errorf("workload.duration", "%v at %g queries/s is %.0f queries, more than 100 million", w.Duration, w.ArrivalRate, n)
+	}
+	w.Queries = int(n)
+	e.durationApplied = true
 	return nil
 }

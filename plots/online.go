@@ -101,6 +101,9 @@ func LatencyCDFData(queries []results.QueryRow) []LatencyCDF {
 type LoadPoint struct {
 	Rate          float64
 	P50, P99, SLO Stat
+	// Overloaded says the rate is at or above the cluster's capacity (the rows' overloaded
+	// column).
+	Overloaded bool
 }
 
 // LoadSeries is one policy's latency against load.
@@ -108,6 +111,10 @@ type LoadSeries struct {
 	Group  Group
 	Policy string
 	Points []LoadPoint // by rate
+	// Capacity is the cluster's capacity in queries per second (0 when the rows give none),
+	// and Window says the figures are over the steady-state window of each run.
+	Capacity float64
+	Window   bool
 }
 
 // LoadData groups summary rows with their arrival rates (rates[i] for rows[i]) into one
@@ -135,13 +142,20 @@ func LoadData(rows []results.SummaryRow, rates []float64) []LoadSeries {
 		s := LoadSeries{Group: k.g, Policy: k.policy}
 		for rate, rs := range points[k] {
 			var p50, p99, slo []float64
+			over := false
 			for _, r := range rs {
-				p50, p99 = append(p50, r.MedianE2ELS), append(p99, r.P99E2ELS)
-				if !math.IsNaN(r.SLOAttainment) {
-					slo = append(slo, r.SLOAttainment)
+				med, tail, att := r.MedianE2ELS, r.P99E2ELS, r.SLOAttainment
+				if w := r.Steady; w != nil {
+					med, tail, att = w.MedianE2ELS, w.P99E2ELS, w.SLOAttainment
+					s.Window, over = true, over || w.Overloaded
+					s.Capacity = max(s.Capacity, w.CapacityQPS)
+				}
+				p50, p99 = append(p50, med), append(p99, tail)
+				if !math.IsNaN(att) {
+					slo = append(slo, att)
 				}
 			}
-			s.Points = append(s.Points, LoadPoint{Rate: rate, P50: NewStat(p50...), P99: NewStat(p99...), SLO: NewStat(slo...)})
+			s.Points = append(s.Points, LoadPoint{Rate: rate, P50: NewStat(p50...), P99: NewStat(p99...), SLO: NewStat(slo...), Overloaded: over})
 		}
 		slices.SortFunc(s.Points, func(a, b LoadPoint) int { return cmp.Compare(a.Rate, b.Rate) })
 		if len(s.Points) > 1 {
@@ -194,6 +208,7 @@ func loadFigure(series []LoadSeries, opt Options) (*canvasFigure, string) {
 	var legend []legendEntry
 	hasSLO := false
 	var seeds seedCounts
+	overloaded := false
 	for i, s := range series {
 		name := s.Policy
 		if len(groups) > 1 {
@@ -223,12 +238,36 @@ func loadFigure(series []LoadSeries, opt Options) (*canvasFigure, string) {
 		}
 		latP.Add(&plotter.Line{XYs: p99, LineStyle: solid}, &plotter.Line{XYs: p50, LineStyle: dashed}, errs99,
 			&plotter.Scatter{XYs: p99, GlyphStyle: glyph})
+		var over plotter.XYs
+		for _, pt := range s.Points {
+			if pt.Overloaded {
+				over = append(over, plotter.XY{X: pt.Rate, Y: pt.P99.Mean})
+			}
+		}
+		if len(over) > 0 {
+			overloaded = true
+			latP.Add(&plotter.Scatter{XYs: over, GlyphStyle: draw.GlyphStyle{Color: seriesColour(i), Radius: vg.Points(4.5), Shape: draw.RingGlyph{}}})
+		}
 		if len(slo) > 0 {
 			hasSLO = true
 			sloP.Add(&plotter.Line{XYs: slo, LineStyle: solid}, errsSLO, &plotter.Scatter{XYs: slo, GlyphStyle: glyph})
 		}
 	}
-	legend = append(legend, legendEntry{"p99 (solid), p50 (dashed)", lineSwatch(draw.LineStyle{Color: refGrey, Width: vg.Points(1.1)}, nil)})
+	what := "p99 (solid), p50 (dashed)"
+	if series[0].Window {
+		what += ", over each run's steady-state window (the warm-up's arrivals left out)"
+	}
+	legend = append(legend, legendEntry{what, lineSwatch(draw.LineStyle{Color: refGrey, Width: vg.Points(1.1)}, nil)})
+	if overloaded {
+		legend = append(legend, legendEntry{"ringed: overloaded (the rate is at or above the cluster's capacity)", glyphSwatch(draw.GlyphStyle{Color: refGrey, Radius: vg.Points(4.5), Shape: draw.RingGlyph{}})})
+	}
+	if c := series[0].Capacity; c > 0 && len(groups) == 1 {
+		line := draw.LineStyle{Color: refGrey, Width: vg.Points(0.8), Dashes: dashPatterns[2%len(dashPatterns)]}
+		for _, p := range []*plot.Plot{latP, sloP} {
+			p.Add(capacityLine{x: c, style: line})
+		}
+		legend = append(legend, legendEntry{fmt.Sprintf("capacity %s queries/s (every worker busy all the time)", strconv.FormatFloat(c, 'g', 3, 64)), lineSwatch(line, nil)})
+	}
 	if seeds.any() {
 		legend = append(legend, legendEntry{seeds.label(opt.Spread), errSwatch})
 	}
@@ -278,4 +317,17 @@ func (secondsTicks) Ticks(lo, hi float64) []plot.Tick {
 		}
 	}
 	return ticks
+}
+
+// capacityLine is a vertical line across a panel at x.
+type capacityLine struct {
+	x     float64
+	style draw.LineStyle
+}
+
+// Plot implements plot.Plotter.
+func (l capacityLine) Plot(c draw.Canvas, p *plot.Plot) {
+	trX, _ := p.Transforms(&c)
+	x := trX(l.x)
+	c.StrokeLine2(l.style, x, c.Min.Y, x, c.Max.Y)
 }

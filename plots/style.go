@@ -381,3 +381,10 @@ func drawCaption(c draw.Canvas, caption []string) {
 		y -= captionLineHeight()
 	}
 }
+
+// glyphSwatch is a legend swatch of a glyph alone.
+func glyphSwatch(glyph draw.GlyphStyle) func(draw.Canvas) {
+	return func(c draw.Canvas) {
+		c.DrawGlyphNoClip(glyph, vg.Point{X: (c.Min.X + c.Max.X) / 2, Y: (c.Min.Y + c.Max.Y) / 2})
+	}
+}

@@ -106,7 +106,7 @@ type Sink interface {
 // cancel such calls, the intervals wait for the end of the run; one whose policy cancels a
 // submitted call after intervals went out fails.
 func (d *Driver) Stream(sink Sink, slo SLO) {
-	d.out = &streamOut{sink: sink, tally: NewTally(d.workers, slo), lines: make([]timeline, d.workers),
+	d.out = &streamOut{sink: sink, tally: &Tally{workers: d.workers, slo: slo, stream: true}, lines: make([]timeline, d.workers),
 		submits: make([]fifo[submission], d.workers)}
 	for _, m := range d.models {
 		d.out.models = append(d.out.models, m.Name)

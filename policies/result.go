@@ -273,6 +273,10 @@ type Tally struct {
 	ends [][]time.Duration
 	// firstErr is the first failed call's error that says one.
 	firstErr string
+	// window holds what a steady-state window needs of each query (Result.Window), in a
+	// streamed run's tally (stream).
+	window []windowQuery
+	stream bool
 }
 
 // NewTally returns an empty tally of a run on workers workers whose queries are held to slo.
@@ -334,6 +338,9 @@ func (t *Tally) Query(q QueryOutcome) {
 	t.first, t.last = min(t.first, q.Arrival), max(t.last, q.End)
 	if t.slo.Met(q) {
 		t.met++
+	}
+	if t.stream {
+		t.window = append(t.window, newWindowQuery(q, t.slo))
 	}
 }
 

@@ -78,7 +78,7 @@ func ReadWorkersCSV(path string) ([]WorkerRow, error) {
 // before them still reads, with their defaults.
 var (
 	laterCallColumns    = []string{"attempts", "retry_lost_s", "error"}
-	laterSummaryColumns = []string{"status", "retries", "runs", "host_lag_pct"}
+	laterSummaryColumns = append([]string{"status", "retries", "runs", "host_lag_pct"}, steadyColumns...)
 )
 
 // readResultsCSV opens a results file (what names it: "calls" for calls.csv), checks that its

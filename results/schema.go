@@ -68,6 +68,65 @@ type SummaryRow struct {
 	// (dispatching calls late, handling completions late), in percent of the calls' service
 	// time; 0 in the simulator.
 	HostLagPct float64
+	// Steady is the steady state of an online run (nil for an offline batch: its columns are
+	// blank).
+	Steady *SteadyRow
+}
+
+// SteadyRow is an online run's steady state: the figures over its window of arrivals
+// (policies.Window: the queries that arrived after the warm-up, up to the last arrival), and
+// the load: the arrival rate over the cluster's capacity for the workload (the rate at which
+// its workers would be busy all the time; experiments.Capacity).
+type SteadyRow struct {
+	WindowStartS, WindowEndS float64
+	WindowQueries            int
+	MeanE2ELS, MedianE2ELS   float64
+	P99E2ELS                 float64
+	MedianTTFTS, P99TTFTS    float64
+	// SLOAttainment and Goodput as the whole run's (NaN without an SLO); Throughput is the
+	// window's queries over the time from its start to the last of them ending.
+	SLOAttainment, Goodput, Throughput float64
+	// ArrivalRate is the offered load in queries per second, CapacityQPS the capacity, Load
+	// their ratio; Overloaded says the load is at least 1.
+	ArrivalRate, CapacityQPS, Load float64
+	Overloaded                     bool
+}
+
+// steadyColumns are summary.csv's columns of SteadyRow.
+var steadyColumns = []string{"window_start_s", "window_end_s", "window_queries", "window_mean_e2el_s",
+	"window_median_e2el_s", "window_p99_e2el_s", "window_median_ttft_s", "window_p99_ttft_s",
+	"window_slo_attainment", "window_goodput", "window_throughput", "arrival_rate", "capacity_qps", "load", "overloaded"}
+
+// record is the row's steady-state fields (blank without one).
+func (s *SteadyRow) record() []string {
+	if s == nil {
+		return make([]string, len(steadyColumns))
+	}
+	over := "0"
+	if s.Overloaded {
+		over = "1"
+	}
+	return []string{secs(s.WindowStartS), secs(s.WindowEndS), itoa(s.WindowQueries), secs(s.MeanE2ELS),
+		secs(s.MedianE2ELS), secs(s.P99E2ELS), secs(s.MedianTTFTS), secs(s.P99TTFTS),
+		blank(s.SLOAttainment), blank(s.Goodput), blank(s.Throughput), ratio(s.ArrivalRate), ratio(s.CapacityQPS), ratio(s.Load), over}
+}
+
+// readSteady reads a row's steady-state columns (nil when they are blank or absent).
+func readSteady(f *csvx.Reader) *SteadyRow {
+	if !f.Has("window_queries") || f.Str("window_queries") == "" {
+		return nil
+	}
+	fig := func(name string) float64 {
+		if f.Str(name) == "" {
+			return math.NaN()
+		}
+		return f.Float(name)
+	}
+	return &SteadyRow{WindowStartS: f.Float("window_start_s"), WindowEndS: f.Float("window_end_s"), WindowQueries: f.Int("window_queries"),
+		MeanE2ELS: f.Float("window_mean_e2el_s"), MedianE2ELS: f.Float("window_median_e2el_s"), P99E2ELS: f.Float("window_p99_e2el_s"),
+		MedianTTFTS: f.Float("window_median_ttft_s"), P99TTFTS: f.Float("window_p99_ttft_s"),
+		SLOAttainment: fig("window_slo_attainment"), Goodput: fig("window_goodput"), Throughput: fig("window_throughput"),
+		ArrivalRate: f.Float("arrival_rate"), CapacityQPS: f.Float("capacity_qps"), Load: f.Float("load"), Overloaded: f.Int("overloaded") == 1}
 }
 
 // The values of SummaryRow.Status.
@@ -78,17 +137,18 @@ const (
 )
 
 // SummaryHeader is the header of summary.csv.
-var SummaryHeader = []string{"experiment", "mode", "policy", "seed", "rule", "threshold", "queries", "expert_calls",
+var SummaryHeader = append([]string{"experiment", "mode", "policy", "seed", "rule", "threshold", "queries", "expert_calls",
 	"aggregator_calls", "aggregator_skipped", "expert_stage_s", "aggregator_stage_s", "e2e_s",
 	"speedup_expert", "speedup_aggregator", "speedup_e2e", "accuracy", "accuracy_delta_pp",
 	"gpu_busy_frac", "model_loads", "failed_calls", "skipped_calls", "cancelled_calls",
 	"mean_e2el_s", "median_e2el_s", "p90_e2el_s", "p99_e2el_s",
 	"mean_ttft_s", "median_ttft_s", "p90_ttft_s", "p99_ttft_s", "mean_queue_s", "p99_queue_s",
-	"request_throughput", "slo_attainment", "request_goodput", "status", "retries", "runs", "host_lag_pct"}
+	"request_throughput", "slo_attainment", "request_goodput", "status", "retries", "runs", "host_lag_pct"},
+	steadyColumns...)
 
 // Record returns the row's fields in SummaryHeader order.
 func (r SummaryRow) Record() []string {
-	return []string{r.Experiment, r.Mode, r.Policy, strconv.FormatUint(r.Seed, 10), r.Rule, ratio(r.Threshold),
+	rec := []string{r.Experiment, r.Mode, r.Policy, strconv.FormatUint(r.Seed, 10), r.Rule, ratio(r.Threshold),
 		itoa(r.Queries), itoa(r.ExpertCalls), itoa(r.AggregatorCalls), itoa(r.AggregatorSkipped),
 		secs(r.ExpertStageS), secs(r.AggregatorStageS), secs(r.E2ES),
 		blank(r.SpeedupExpert), blank(r.SpeedupAggregator), blank(r.SpeedupE2E),
@@ -97,6 +157,7 @@ func (r SummaryRow) Record() []string {
 		secs(r.MeanTTFTS), secs(r.MedianTTFTS), secs(r.P90TTFTS), secs(r.P99TTFTS), secs(r.MeanQueueS), secs(r.P99QueueS),
 		ratio(r.RequestThroughput), ratio(r.SLOAttainment), ratio(r.RequestGoodput),
 		cmp.Or(r.Status, StatusOK), itoa(r.Retries), itoa(max(r.Runs, 1)), ratio(r.HostLagPct)}
+	return append(rec, r.Steady.record()...)
 }
 
 // SetSpeedups sets every row's speedups over the first row: the baseline's stage and
@@ -461,6 +522,7 @@ func ReadSummaryCSV(path string) ([]SummaryRow, error) {
 			f.Fail("status", "is not ok, failed or partial")
 		}
 		r.Retries, r.Runs, r.HostLagPct = f.IntOr("retries", 0), f.IntOr("runs", 1), f.FloatOr("host_lag_pct", 0)
+		r.Steady = readSteady(f)
 		rows = append(rows, r)
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -192,16 +193,30 @@ func printSweep(path string, stdout io.Writer) error {
 		return err
 	}
 	var out strings.Builder
-	fmt.Fprintf(&out, "%-44s %-16s %10s %8s %8s %10s %10s %8s\n", "point", "policy", "e2e_s", "x_e2e", "skipped", "p50_e2el_s", "p99_e2el_s", "slo_met")
+	// Online points show their steady state (summary.csv's window_ columns): the load against
+	// the cluster's capacity and the figures over the window; offline ones their makespan.
+	online, offline := false, false
 	for r.Next() {
-		slo := r.Str("slo_attainment")
-		if v, err := strconv.ParseFloat(slo, 64); err == nil && !math.IsNaN(v) {
-			slo = fmt.Sprintf("%.1f%%", 100*v)
-		} else {
-			slo = "-"
+		if r.Has("window_queries") && r.Str("window_queries") != "" {
+			if !online {
+				online = true
+				fmt.Fprintf(&out, "%-44s %-16s %6s %5s %10s %10s %10s %8s %8s\n", "point (online: over each run's window)", "policy", "load", "over", "e2el_mean", "e2el_p50", "e2el_p99", "slo_met", "goodput")
+			}
+			over := ""
+			if r.Str("overloaded") == "1" {
+				over = "yes"
+			}
+			fmt.Fprintf(&out, "%-44s %-16s %6.2f %5s %10.1f %10.1f %10.1f %8s %8s\n", r.Str("point"), r.Str("policy"), num(r.Str("load")), over,
+				num(r.Str("window_mean_e2el_s")), num(r.Str("window_median_e2el_s")), num(r.Str("window_p99_e2el_s")),
+				percent(r.Str("window_slo_attainment")), cmp.Or(r.Str("window_goodput"), "-"))
+			continue
+		}
+		if !offline {
+			offline = true
+			fmt.Fprintf(&out, "%-44s %-16s %10s %8s %8s %10s %10s %8s\n", "point", "policy", "e2e_s", "x_e2e", "skipped", "p50_e2el_s", "p99_e2el_s", "slo_met")
 		}
 		fmt.Fprintf(&out, "%-44s %-16s %10.1f %8s %8s %10.1f %10.1f %8s\n", r.Str("point"), r.Str("policy"), num(r.Str("e2e_s")),
-			r.Str("speedup_e2e"), r.Str("aggregator_skipped"), num(r.Str("median_e2el_s")), num(r.Str("p99_e2el_s")), slo)
+			r.Str("speedup_e2e"), r.Str("aggregator_skipped"), num(r.Str("median_e2el_s")), num(r.Str("p99_e2el_s")), percent(r.Str("slo_attainment")))
 	}
 	if err := r.Err(); err != nil {
 		return err
@@ -209,6 +224,14 @@ func printSweep(path string, stdout io.Writer) error {
 	fmt.Fprintf(&out, "combined summary: %s\n", path)
 	fmt.Fprint(stdout, out.String())
 	return nil
+}
+
+// percent formats a share of a summary.csv we wrote as a percentage ("-" when it is none).
+func percent(s string) string {
+	if v, err := strconv.ParseFloat(s, 64); err == nil && !math.IsNaN(v) {
+		return fmt.Sprintf("%.1f%%", 100*v)
+	}
+	return "-"
 }
 
 // num parses a number of a summary.csv we wrote (NaN if it is not one).

@@ -1,0 +1,49 @@
+package policies
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// TestWindow checks the steady-state window on five hand-made queries. Arrivals at 0, 10, 20,
+// 30, 40 s; ends at 15, 30, 60, 50, 100 s (latencies 15, 20, 40, 20, 60); first tokens 5 s
+// after arrival. With a 40% warm-up the first two are left out: the window is the arrivals at
+// 20, 30, 40 s (3 queries), latencies 40, 20, 60 (mean 40, median 40, p99 60), and under a
+// 30 s SLO only the query of latency 20 meets it: attainment 1/3, goodput 1 per 20 s = 0.05.
+// Queries ending within [20, 40] s: those ending at 30 s only (15 is before): throughput
+// 1/20 = 0.05. A streamed run's tally gives the same window as the held result.
+func TestWindow(t *testing.T) {
+	s := func(x float64) time.Duration { return time.Duration(x * float64(time.Second)) }
+	arr := []float64{0, 10, 20, 30, 40}
+	end := []float64{15, 30, 60, 50, 100}
+	res := &Result{}
+	slo := SLO{E2E: 30 * time.Second}
+	tally := &Tally{slo: slo, stream: true}
+	// Held in an order other than arrival's: the window sorts them.
+	for _, i := range []int{3, 0, 4, 1, 2} {
+		q := QueryOutcome{Arrival: s(arr[i]), End: s(end[i]), FirstToken: s(arr[i] + 5)}
+		res.Queries = append(res.Queries, q)
+		tally.Query(q)
+	}
+	w := res.Window(0.4, slo)
+	assert.Equal(t, s(20), w.Start)
+	assert.Equal(t, s(40), w.End)
+	assert.Equal(t, 3, w.Queries)
+	assert.InDelta(t, 40, w.Latency.Mean, 1e-9)
+	assert.InDelta(t, 40, w.Latency.P50, 1e-9)
+	assert.InDelta(t, 60, w.Latency.P99, 1e-9)
+	assert.InDelta(t, 5, w.TTFT.P99, 1e-9)
+	assert.InDelta(t, 1.0/3, w.SLOAttainment, 1e-9)
+	assert.InDelta(t, 0.05, w.Goodput, 1e-9)
+	assert.InDelta(t, 0.05, w.Throughput, 1e-9)
+	assert.Equal(t, w, (&Result{tally: tally}).Window(0.4, SLO{}), "the streamed tally's window")
+
+	none := res.Window(0.4, SLO{})
+	assert.True(t, math.IsNaN(none.SLOAttainment) && math.IsNaN(none.Goodput), "no SLO, no attainment")
+	all := res.Window(0, slo)
+	assert.Equal(t, 5, all.Queries)
+	assert.Equal(t, time.Duration(0), all.Start)
+}
