@@ -18,6 +18,7 @@ import (
 	"github.com/mosaic-sched/mosaic/policies/placement"
 	"github.com/mosaic-sched/mosaic/policies/solver"
 	"github.com/mosaic-sched/mosaic/replay"
+	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -37,6 +38,7 @@ var codeDefaults = map[string]string{
 	"engine.gpu_memory_utilization":      strconv.FormatFloat(DefaultUtilization, 'g', -1, 64),
 	"engine.block_size":                  strconv.Itoa(DefaultBlockSize),
 	"engine.prefix_caching":              "false (or the preset's)",
+	"engine.scheduling_policy":           sim.SchedulingFCFS,
 	"workload.tokens_per_word":           strconv.FormatFloat(traces.DefaultTokensPerWord, 'g', -1, 64),
 	"workload.votes.options":             strconv.Itoa(traces.DefaultOptions),
 	"workload.routing.keywords":          strconv.Itoa(traces.DefaultRoutingKeywords),
