@@ -19,6 +19,7 @@ import (
 	"github.com/mosaic-sched/mosaic/policies/placement"
 	"github.com/mosaic-sched/mosaic/policies/solver"
 	"github.com/mosaic-sched/mosaic/replay"
+	"github.com/mosaic-sched/mosaic/sim"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -38,6 +39,7 @@ var codeDefaults = map[string]string{
 	"engine.gpu_memory_utilization":      strconv.FormatFloat(DefaultUtilization, 'g', -1, 64),
 	"engine.block_size":                  strconv.Itoa(DefaultBlockSize),
 	"engine.prefix_caching":              "false (or the preset's)",
+	"engine.scheduling_policy":           sim.SchedulingFCFS,
 	"workload.tokens_per_word":           strconv.FormatFloat(traces.DefaultTokensPerWord, 'g', -1, 64),
 	"workload.warmup":                    strconv.FormatFloat(policies.DefaultWarmup, 'g', -1, 64),
 	"workload.votes.options":             strconv.Itoa(traces.DefaultOptions),

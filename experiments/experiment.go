@@ -115,6 +115,14 @@ type Engine struct {
 	// (traces.Call.PrefixTokens), and an engine reuses the KV blocks of a prefix it computed.
 	// Replay's launched servers follow it unless [replay] prefix_caching says otherwise.
 	PrefixCaching *bool `toml:"prefix_caching"`
+	// SchedulingPolicy is vLLM's --scheduling-policy: "fcfs" (the default) serves each
+	// engine's waiting calls first come first served; "priority" serves them by the priority a
+	// policy submits each call with (lower first, then by arrival) and preempts the running
+	// call last in that order when the KV cache runs out, as vLLM V1's priority scheduler
+	// does (it needs chunked prefill). An FCFS engine refuses a call with a priority other
+	// than 0. Replay's launched servers get --scheduling-policy priority and its requests
+	// carry their priority.
+	SchedulingPolicy string `toml:"scheduling_policy" json:",omitempty"`
 	// IterationOverheadMS and PerSeqOverheadMS replace the engine's CPU overheads per
 	// iteration and per sequence (milliseconds).
 	IterationOverheadMS *float64 `toml:"iteration_overhead_ms"`

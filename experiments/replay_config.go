@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/mosaic-sched/mosaic/replay"
+	"github.com/mosaic-sched/mosaic/sim"
 )
 
 // The [replay] table: its checks, and the backend configuration it resolves to.
@@ -39,7 +40,8 @@ func (r *Resolved) replayServers() replay.Config {
 		for _, m := range r.Models {
 			if gm := m.OnGroup[gi]; gm.Cost != nil {
 				models[m.Name] = replay.Model{Name: m.Name, Arch: m.Arch.ID, Utilization: m.Memory, MaxNumSeqs: gm.Engine.MaxNumSeqs,
-					MaxTokens: gm.Engine.MaxBatchedTokens, ChunkedPrefill: gm.Engine.ChunkedPrefill, Vocab: m.Arch.Vocab}
+					MaxTokens: gm.Engine.MaxBatchedTokens, ChunkedPrefill: gm.Engine.ChunkedPrefill, SchedulingPolicy: gm.Engine.SchedulingPolicy,
+					Vocab: m.Arch.Vocab}
 			}
 		}
 		for w := g.First; w < g.First+g.Count; w++ {
@@ -184,6 +186,9 @@ func (r *Resolved) replayAPI(cfg *replay.Config) error {
 		cfg.API = replay.APIOllama
 		if len(rp.Endpoints) == 0 {
 			return e.errorf("replay.api", "ollama replays attached servers: list each worker's `ollama serve` in [[replay.endpoint]] tables (worker, url)")
+		}
+		if e.Engine.SchedulingPolicy == sim.SchedulingPriority {
+			return e.errorf("replay.api", "ollama has no request priority, but engine.scheduling_policy is %q", sim.SchedulingPriority)
 		}
 	default:
 		return e.errorf("replay.api", "unknown API %q (known: openai, ollama)", rp.API)

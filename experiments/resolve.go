@@ -498,6 +498,18 @@ func (e *Experiment) engineDefaults(preset *sim.EnginePreset) (engineSettings, e
 	if en.ChunkedPrefill != nil {
 		s.ChunkedPrefill = *en.ChunkedPrefill
 	}
+	switch en.SchedulingPolicy {
+	case "", sim.SchedulingFCFS:
+		// The engine's default; left empty, so that run.json describes an FCFS engine as it
+		// did before the key existed.
+	case sim.SchedulingPriority:
+		if !s.ChunkedPrefill {
+			return s, e.errorf("engine.scheduling_policy", "%q follows vLLM V1's scheduler, which needs chunked prefill, but engine.chunked_prefill (or the preset's) is false", en.SchedulingPolicy)
+		}
+		s.SchedulingPolicy = sim.SchedulingPriority
+	default:
+		return s, e.errorf("engine.scheduling_policy", "unknown value %q (known: %s, %s)", en.SchedulingPolicy, sim.SchedulingFCFS, sim.SchedulingPriority)
+	}
 	if en.GPUMemoryUtilization != 0 || e.has("engine.gpu_memory_utilization") {
 		if !(en.GPUMemoryUtilization > 0 && en.GPUMemoryUtilization <= 1) {
 			return s, e.errorf("engine.gpu_memory_utilization", "must be in (0, 1], got %g", en.GPUMemoryUtilization)

@@ -96,11 +96,11 @@ func (d *Driver) do(a Action) error {
 		if cs.open {
 			cp := *cs.call
 			cp.InputTokens = d.prompt(a.CallID)
-			if err := d.grower.SubmitOpen(a.Worker, &cp); err != nil {
+			if err := d.grower.SubmitOpen(a.Worker, &cp, a.Priority); err != nil {
 				return err
 			}
 			cs.sent = int32(cp.InputTokens)
-		} else if err := d.backend.Submit(a.Worker, cs.call); err != nil {
+		} else if err := d.backend.Submit(a.Worker, cs.call, a.Priority); err != nil {
 			return err
 		}
 		cs.status = callSubmitted

@@ -45,6 +45,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -131,6 +132,18 @@ func New(cfg Config) (*Backend, error) {
 		for name, m := range wk.Models {
 			if cfg.API.orDefault() == APIOpenAI && m.Vocab > 0 && m.Vocab < MinVocab {
 				return nil, fmt.Errorf("replay: model %s has a vocabulary of %d tokens; synthetic prompts need at least %d", name, m.Vocab, MinVocab)
+			}
+			switch m.SchedulingPolicy {
+			case "", "fcfs":
+			case SchedulingPriority:
+				if cfg.API != APIOpenAI {
+					return nil, fmt.Errorf("replay: model %s schedules by priority, which the %s API does not offer", name, cfg.API)
+				}
+				if len(cfg.Endpoints) == 0 && !strings.Contains(cfg.Command, "{scheduling_policy}") && !strings.Contains(cfg.Command, "--scheduling-policy") {
+					return nil, fmt.Errorf("replay: model %s schedules by priority, but the launch command passes its servers neither {scheduling_policy} nor --scheduling-policy: %s", name, cfg.Command)
+				}
+			default:
+				return nil, fmt.Errorf("replay: model %s: unknown scheduling policy %q (known: fcfs, %s)", name, m.SchedulingPolicy, SchedulingPriority)
 			}
 			vocab[name] = m.Vocab
 		}

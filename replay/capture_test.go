@@ -68,7 +68,7 @@ func TestCapturedPromptsShareExactlyTheMarkedPrefix(t *testing.T) {
 			}
 			require.Equal(t, backend.EventLoaded, next().Kind)
 			for _, c := range []*traces.Call{expert, agg} { // one after the other: the second may hit the cache
-				require.NoError(t, b.Submit(0, c))
+				require.NoError(t, b.Submit(0, c, 0))
 				ev := next()
 				require.Equal(t, backend.EventDone, ev.Kind, "%v", ev.Err)
 			}

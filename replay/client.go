@@ -34,6 +34,10 @@ type request struct {
 	// CacheSalt keeps the server's prefix cache apart per salt (vLLM V1's cache_salt: a prompt
 	// hits only blocks cached under the same salt).
 	CacheSalt string `json:"cache_salt,omitempty"`
+	// Priority is the request's priority on a server that schedules by priority (vLLM's
+	// "priority" field of the completions request, an integer, lower served first; default
+	// 0). nil leaves it out, as for every server that schedules first come first served.
+	Priority *int `json:"priority,omitempty"`
 	// promptTokens is how many tokens the prompt should count (0: not checked).
 	promptTokens int
 }

@@ -22,9 +22,22 @@ type Model struct {
 	// ChunkedPrefill is the engine's scheduler: chunked prefill (vLLM V1's default) or whole
 	// prompts first.
 	ChunkedPrefill bool
+	// SchedulingPolicy is the engine's --scheduling-policy, as sim.EngineConfig's: "" or
+	// "fcfs", or "priority", with which launched servers get --scheduling-policy priority
+	// ({scheduling_policy}), every request carries its call's priority (vLLM's "priority"
+	// field) and the worker's dispatcher holds its queued calls in (priority, submission)
+	// order. An attached server must have been started so.
+	SchedulingPolicy string
 	// Vocab is the model's vocabulary size, which bounds the prompts' token IDs (0: unknown).
 	Vocab int
 }
+
+// SchedulingPriority is Model.SchedulingPolicy's value for vLLM's priority scheduling (the
+// simulator's sim.SchedulingPriority; replay does not depend on the simulator).
+const SchedulingPriority = "priority"
+
+// priority reports whether the model's engine schedules by priority.
+func (m Model) priority() bool { return m.SchedulingPolicy == SchedulingPriority }
 
 // Endpoint attaches a worker (and optionally one of its models) to a running server.
 type Endpoint struct {
@@ -43,7 +56,7 @@ type Config struct {
 	Endpoints []Endpoint
 	// Command is the launch template; placeholders: {model} {arch} {port} {gpu} {gpu_name}
 	// {tp} {tensor_parallel} {util} {max_num_seqs} {max_batched_tokens} {time_scale} {worker}
-	// {mosaic} {prefix_caching} {chunked_prefill} (see Placeholders).
+	// {mosaic} {prefix_caching} {chunked_prefill} {scheduling_policy} (see Placeholders).
 	Command string
 	// Env holds extra environment variables of launched servers (templated likewise).
 	Env    map[string]string
@@ -166,7 +179,7 @@ const DefaultAdmissionPoll = 500 * time.Millisecond
 
 // DefaultCommand launches vLLM (0.8 or later, whose V1 engine takes the --[no-]enable-...
 // switches) with the experiment's engine settings.
-const DefaultCommand = "vllm serve {arch} --served-model-name {model} --port {port} --gpu-memory-utilization {util} --max-num-seqs {max_num_seqs} --max-num-batched-tokens {max_batched_tokens} {chunked_prefill} {prefix_caching} {tensor_parallel}"
+const DefaultCommand = "vllm serve {arch} --served-model-name {model} --port {port} --gpu-memory-utilization {util} --max-num-seqs {max_num_seqs} --max-num-batched-tokens {max_batched_tokens} {chunked_prefill} {prefix_caching} {tensor_parallel} {scheduling_policy}"
 
 // Placeholders documents the launch template's placeholders.
 var Placeholders = map[string]string{
@@ -185,6 +198,7 @@ var Placeholders = map[string]string{
 	"mosaic":             "this mosaic binary",
 	"prefix_caching":     "--enable-prefix-caching or --no-enable-prefix-caching, as [replay] prefix_caching says",
 	"chunked_prefill":    "--enable-chunked-prefill or --no-enable-chunked-prefill, as [engine] chunked_prefill says",
+	"scheduling_policy":  "--scheduling-policy priority when [engine] scheduling_policy is \"priority\", else nothing (vLLM's default, fcfs)",
 }
 
 // ServerInfo describes a server a run used, for run.json.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,6 +20,9 @@ type job struct {
 	ref       backend.CallRef
 	srv       *server
 	submitted time.Duration
+	// priority is the call's engine priority (backend.Backend.Submit): on a server that
+	// schedules by priority, the queue is in (priority, seq) order and the request carries it.
+	priority int
 	// cancelled says the Driver cancelled the call, and s is its open stream (both under the
 	// dispatcher's mu): cancelling closes the stream, so the server aborts the request.
 	cancelled bool
@@ -37,8 +41,10 @@ type job struct {
 var errCancelled = errors.New("the call was cancelled")
 
 // dispatcher sends one worker's calls in submission order, at most srv.limit in flight per
-// server. Sends are serialised: a request goes out only once the previous one's response
-// headers have arrived, so the server has queued the previous call first.
+// server; the calls queued for a server that schedules by priority go in (priority,
+// submission) order instead, as the server's own waiting queue would take them. Sends are
+// serialised: a request goes out only once the previous one's response headers have arrived,
+// so the server has queued the previous call first.
 type dispatcher struct {
 	b      *Backend
 	worker int
@@ -46,7 +52,7 @@ type dispatcher struct {
 
 	mu       sync.Mutex
 	seq      uint64
-	queues   map[*server][]*job // per server, in submission order
+	queues   map[*server][]*job // per server, in submission order (priority servers: in (priority, seq) order)
 	inflight map[*server]int
 	jobs     map[int]*job // queued or in flight, by call ID
 
@@ -72,7 +78,19 @@ func (d *dispatcher) push(j *job) {
 	d.mu.Lock()
 	d.seq++
 	j.seq = d.seq
-	d.queues[j.srv] = append(d.queues[j.srv], j)
+	q := d.queues[j.srv]
+	i := len(q)
+	if j.srv.model.priority() {
+		// After every queued call of the same or a lower priority value: vLLM's
+		// PriorityRequestQueue order, (priority, arrival).
+		for i > 0 && q[i-1].priority > j.priority {
+			i--
+		}
+		if i == 0 && len(q) > 0 {
+			q[0].eligible = time.Time{} // no longer the head: it could not be sent next
+		}
+	}
+	d.queues[j.srv] = slices.Insert(q, i, j)
 	d.jobs[j.call.ID] = j
 	d.markEligible(j.srv, time.Now())
 	d.mu.Unlock()
@@ -138,8 +156,9 @@ func (d *dispatcher) cancelled(j *job) bool {
 	return j.cancelled
 }
 
-// next takes the earliest submitted call whose server has room, waiting until there is one;
-// nil when the backend closes.
+// next takes, among the heads of the queues of servers with room, the earliest submitted call
+// (a priority server's head is its queue's first in (priority, submission) order), waiting
+// until there is one; nil when the backend closes.
 func (d *dispatcher) next() *job {
 	for {
 		d.mu.Lock()
@@ -227,7 +246,7 @@ func (a attempt) wait() attempt {
 // the first token (Ollama; the attempt is then pending).
 func (d *dispatcher) send(j *job) attempt {
 	b := d.b
-	req := b.request(j.call, j.call.OutputTokens)
+	req := b.request(j.call, j.call.OutputTokens, j.srv.priorityField(j.priority))
 	d.sendMu.Lock()
 	sent := time.Now()
 	if !j.eligible.IsZero() {
@@ -281,10 +300,10 @@ func (d *dispatcher) open(j *job, req request, wrote chan struct{}) attempt {
 }
 
 // request is the completion request of call c with maxTokens output tokens, its prompt in the
-// form the servers' API takes.
-func (b *Backend) request(c *traces.Call, maxTokens int) request {
+// form the servers' API takes; priority, when not nil, is its "priority" field.
+func (b *Backend) request(c *traces.Call, maxTokens int, priority *int) request {
 	req := request{Model: c.Model, MaxTokens: maxTokens, Stream: true,
-		StreamOptions: streamOptions{IncludeUsage: true}, CacheSalt: b.cfg.CacheSalt, promptTokens: c.InputTokens}
+		StreamOptions: streamOptions{IncludeUsage: true}, CacheSalt: b.cfg.CacheSalt, Priority: priority, promptTokens: c.InputTokens}
 	switch b.cfg.API {
 	case APIOllama:
 		req.Prompt = PromptText(b.cfg.Seed, c.Query, c.ID, c.InputTokens-1, b.prefixOf(c), b.cfg.PromptWords)
@@ -297,6 +316,26 @@ func (b *Backend) request(c *traces.Call, maxTokens int) request {
 		req.StreamOptions.ContinuousUsage = true
 	}
 	return req
+}
+
+// priorityField is the "priority" field of a request of the given priority to s: the
+// priority on a server that schedules by priority, nil (left out) on any other.
+func (s *server) priorityField(priority int) *int {
+	if !s.model.priority() {
+		return nil
+	}
+	return &priority
+}
+
+// checkPriority refuses a priority other than 0 for a call to a server that schedules first
+// come first served (vLLM V1 would ignore it, V0 refused it): the experiment's engine would
+// not honour it.
+func (s *server) checkPriority(w backend.WorkerID, c *traces.Call, priority int) error {
+	if priority != 0 && !s.model.priority() {
+		return fmt.Errorf("replay: call %d (query %d, %s) on worker %d: priority %d, but the engine schedules first come first served (scheduling_policy = %q schedules by priority)",
+			c.ID, c.Query, c.Model, w, priority, SchedulingPriority)
+	}
+	return nil
 }
 
 // prompt is the call's prompt as token IDs.
@@ -437,8 +476,9 @@ func (b *Backend) Cancel(w backend.WorkerID, call int) error {
 	return b.dispatchers[w].cancel(call)
 }
 
-// Submit implements backend.Backend: the call joins its worker's dispatch queue.
-func (b *Backend) Submit(w backend.WorkerID, c *traces.Call) error {
+// Submit implements backend.Backend: the call joins its worker's dispatch queue. A priority
+// other than 0 is refused for a model whose engine schedules first come first served.
+func (b *Backend) Submit(w backend.WorkerID, c *traces.Call, priority int) error {
 	if w < 0 || int(w) >= len(b.dispatchers) {
 		return fmt.Errorf("replay: no worker %d", w)
 	}
@@ -448,6 +488,9 @@ func (b *Backend) Submit(w backend.WorkerID, c *traces.Call) error {
 	if srv == nil {
 		return fmt.Errorf("replay: worker %d does not hold %s", w, c.Model)
 	}
+	if err := srv.checkPriority(w, c, priority); err != nil {
+		return err
+	}
 	ref := backend.CallRef{ID: c.ID, Query: c.Query, Role: c.Role, Layer: c.Layer, Model: c.Model, InputTokens: c.InputTokens}
 	submitted := b.Now()
 	b.begin()
@@ -456,6 +499,6 @@ func (b *Backend) Submit(w backend.WorkerID, c *traces.Call) error {
 		go b.emit(backend.Event{Kind: backend.EventDone, At: submitted, Worker: w, Model: c.Model, Call: &ref, Timing: t})
 		return nil
 	}
-	b.dispatchers[w].push(&job{call: c, ref: ref, srv: srv, submitted: submitted})
+	b.dispatchers[w].push(&job{call: c, ref: ref, srv: srv, submitted: submitted, priority: priority})
 	return nil
 }

@@ -85,9 +85,9 @@ type submissions struct {
 	order map[policies.WorkerID][]*traces.Call
 }
 
-func (s *submissions) Submit(w policies.WorkerID, c *traces.Call) error {
+func (s *submissions) Submit(w policies.WorkerID, c *traces.Call, priority int) error {
 	s.order[w] = append(s.order[w], c)
-	return s.Backend.Submit(w, c)
+	return s.Backend.Submit(w, c, priority)
 }
 
 // Every server receives its worker's calls in exactly the order the policy submitted them,

@@ -26,7 +26,7 @@ var _ backend.Grower = (*Backend)(nil)
 
 // SubmitOpen implements backend.Grower: the call is held on its worker and its known prompt
 // is prefilled.
-func (b *Backend) SubmitOpen(w backend.WorkerID, c *traces.Call) error {
+func (b *Backend) SubmitOpen(w backend.WorkerID, c *traces.Call, priority int) error {
 	if w < 0 || int(w) >= len(b.dispatchers) {
 		return fmt.Errorf("replay: no worker %d", w)
 	}
@@ -35,6 +35,9 @@ func (b *Backend) SubmitOpen(w backend.WorkerID, c *traces.Call) error {
 	b.mu.Unlock()
 	if srv == nil {
 		return fmt.Errorf("replay: worker %d does not hold %s", w, c.Model)
+	}
+	if err := srv.checkPriority(w, c, priority); err != nil {
+		return err
 	}
 	b.warnOverlap.Do(func() {
 		if !b.cfg.PrefixCaching {
@@ -45,12 +48,12 @@ func (b *Backend) SubmitOpen(w backend.WorkerID, c *traces.Call) error {
 	ref := backend.CallRef{ID: c.ID, Query: c.Query, Role: c.Role, Layer: c.Layer, Model: c.Model, InputTokens: c.InputTokens}
 	b.begin()
 	d := b.dispatchers[w]
-	j := &job{call: &cp, ref: ref, srv: srv, submitted: b.Now(), held: true}
+	j := &job{call: &cp, ref: ref, srv: srv, submitted: b.Now(), held: true, priority: priority}
 	d.mu.Lock()
 	d.jobs[c.ID] = j
 	d.mu.Unlock()
 	if _, ok := b.cfg.Finished[c.ID]; !ok {
-		d.prefill(j.srv, &cp)
+		d.prefill(j.srv, &cp, priority)
 	}
 	return nil
 }
@@ -77,7 +80,7 @@ func (b *Backend) Grow(w backend.WorkerID, id int, tokens int, close bool) error
 	d.mu.Unlock()
 	if !close {
 		if tokens > 0 {
-			d.prefill(j.srv, &cp)
+			d.prefill(j.srv, &cp, j.priority)
 		}
 		return nil
 	}
@@ -90,11 +93,12 @@ func (b *Backend) Grow(w backend.WorkerID, id int, tokens int, close bool) error
 	return nil
 }
 
-// prefill sends a prefill-only request of c's prompt as it stands, in the worker's send order,
-// and reads it to its end in the background; its failure only costs the cache hit.
-func (d *dispatcher) prefill(srv *server, c *traces.Call) {
+// prefill sends a prefill-only request of c's prompt as it stands, with the call's priority,
+// in the worker's send order, and reads it to its end in the background; its failure only
+// costs the cache hit.
+func (d *dispatcher) prefill(srv *server, c *traces.Call, priority int) {
 	b := d.b
-	req := b.request(c, 1)
+	req := b.request(c, 1, srv.priorityField(priority))
 	req.MinTokens, req.StreamOptions.ContinuousUsage = 0, false
 	d.prefills.Add(1)
 	go func() {

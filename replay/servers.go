@@ -383,28 +383,35 @@ func Expand(tmpl string, vars map[string]string) string {
 // that its own process start-up is inside the load time, as a real server's is.
 const LaunchTimeEnv = "MOSAIC_LAUNCH_TIME"
 
+// launchVars are the values of the launch template's placeholders (Placeholders) for model m
+// on worker w, served on port.
+func (b *Backend) launchVars(w int, m Model, port int) map[string]string {
+	hw := b.cfg.Workers[w].Hardware
+	tp := ""
+	if len(hw.Devices) > 1 {
+		tp = "--tensor-parallel-size " + strconv.Itoa(len(hw.Devices))
+	}
+	self, _ := os.Executable()
+	return map[string]string{
+		"model": m.Name, "arch": m.Arch, "port": strconv.Itoa(port), "gpu": devices(hw.Devices),
+		"gpu_name": hw.GPUName, "tp": strconv.Itoa(len(hw.Devices)), "tensor_parallel": tp,
+		"util":         strconv.FormatFloat(m.Utilization, 'g', -1, 64),
+		"max_num_seqs": strconv.Itoa(m.MaxNumSeqs), "max_batched_tokens": strconv.Itoa(m.MaxTokens),
+		"time_scale": strconv.FormatFloat(b.cfg.TimeScale, 'g', -1, 64), "worker": strconv.Itoa(w), "mosaic": self,
+		"prefix_caching":    map[bool]string{true: "--enable-prefix-caching", false: "--no-enable-prefix-caching"}[b.cfg.PrefixCaching],
+		"chunked_prefill":   map[bool]string{true: "--enable-chunked-prefill", false: "--no-enable-chunked-prefill"}[m.ChunkedPrefill],
+		"scheduling_policy": map[bool]string{true: "--scheduling-policy " + SchedulingPriority, false: ""}[m.priority()],
+	}
+}
+
 func (b *Backend) launch(ctx context.Context, w int, m Model) (*server, error) {
 	began := time.Now()
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	hw := b.cfg.Workers[w].Hardware
-	gpu := devices(hw.Devices)
-	tp := ""
-	if len(hw.Devices) > 1 {
-		tp = "--tensor-parallel-size " + strconv.Itoa(len(hw.Devices))
-	}
-	self, _ := os.Executable()
-	vars := map[string]string{
-		"model": m.Name, "arch": m.Arch, "port": strconv.Itoa(port), "gpu": gpu,
-		"gpu_name": hw.GPUName, "tp": strconv.Itoa(len(hw.Devices)), "tensor_parallel": tp,
-		"util":         strconv.FormatFloat(m.Utilization, 'g', -1, 64),
-		"max_num_seqs": strconv.Itoa(m.MaxNumSeqs), "max_batched_tokens": strconv.Itoa(m.MaxTokens),
-		"time_scale": strconv.FormatFloat(b.cfg.TimeScale, 'g', -1, 64), "worker": strconv.Itoa(w), "mosaic": self,
-		"prefix_caching":  map[bool]string{true: "--enable-prefix-caching", false: "--no-enable-prefix-caching"}[b.cfg.PrefixCaching],
-		"chunked_prefill": map[bool]string{true: "--enable-chunked-prefill", false: "--no-enable-chunked-prefill"}[m.ChunkedPrefill],
-	}
+	vars := b.launchVars(w, m, port)
+	gpu := vars["gpu"]
 	args := strings.Fields(Expand(b.cfg.Command, vars))
 	if len(args) == 0 {
 		return nil, errors.New("the launch command is empty")

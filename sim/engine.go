@@ -28,7 +28,24 @@ type EngineConfig struct {
 	// PrefixCaching keeps the KV blocks of computed prompts for reuse by prompts that start
 	// with the same tokens (vLLM's automatic prefix caching; see Request.PrefixKey).
 	PrefixCaching bool
+	// SchedulingPolicy is vLLM's --scheduling-policy: "" or SchedulingFCFS (the default)
+	// serves the waiting queue first come first served and preempts the most recently
+	// admitted sequence; SchedulingPriority orders the waiting queue by (Request.Priority,
+	// arrival) and preempts the running sequence last in that order (see Engine). Priority
+	// scheduling follows vLLM V1's scheduler and needs ChunkedPrefill. Left out of JSON when
+	// empty, so that an FCFS engine's description is what it was before the setting existed.
+	SchedulingPolicy string `json:",omitempty"`
 }
+
+// The engine scheduling policies (EngineConfig.SchedulingPolicy), named as vLLM's
+// --scheduling-policy values.
+const (
+	SchedulingFCFS     = "fcfs"
+	SchedulingPriority = "priority"
+)
+
+// Priority reports whether the engine schedules by priority (SchedulingPriority).
+func (c EngineConfig) Priority() bool { return c.SchedulingPolicy == SchedulingPriority }
 
 // vLLM's engine defaults (vllm serve's max_num_seqs, max_num_batched_tokens with chunked
 // prefill, gpu_memory_utilization and block_size). The experiment file, the emulator and the
@@ -84,7 +101,25 @@ func (c EngineConfig) Validate() error {
 	case c.WatermarkBlocks < 0 || c.WatermarkBlocks >= c.NumBlocks:
 		return errors.New("watermark must be in [0, NumBlocks)")
 	}
-	return nil
+	return c.validatePolicy()
+}
+
+// validatePolicy reports an unknown scheduling policy, or priority scheduling without chunked
+// prefill: the engine models vLLM V1's priority scheduler, which runs with chunked prefill;
+// the engine without it is vLLM V0's scheduler, whose priority mode also preempted running
+// requests for waiting ones of higher priority (V0's _schedule_priority_preemption), which is
+// not modelled.
+func (c EngineConfig) validatePolicy() error {
+	switch c.SchedulingPolicy {
+	case "", SchedulingFCFS:
+		return nil
+	case SchedulingPriority:
+		if !c.ChunkedPrefill {
+			return errors.New("scheduling policy \"priority\" needs chunked prefill (it follows vLLM V1's scheduler; the engine without chunked prefill is V0's)")
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown scheduling policy %q (known: %s, %s)", c.SchedulingPolicy, SchedulingFCFS, SchedulingPriority)
 }
 
 // Request is one LLM call as the engine sees it.
@@ -103,6 +138,9 @@ type Request struct {
 	// are still running). PromptTokens is then what is known so far; the engine prefills it
 	// and holds the sequence, producing nothing, until Grow adds the rest and closes it.
 	Open bool
+	// Priority is vLLM's per-request priority: with priority scheduling a lower value is
+	// served first. An FCFS engine refuses any value but 0 (see Engine.Add).
+	Priority int
 }
 
 // Produced says that a sequence produced Tokens output tokens.
@@ -143,6 +181,7 @@ type seqState struct {
 	cached    int    // leading prompt blocks it uses from the prefix cache (not in blocks)
 	chunk     int    // tokens scheduled in the current iteration
 	order     uint64 // admission order: the running batch is sorted by it
+	arrival   uint64 // arrival order (Add): priority scheduling breaks ties of priority by it
 	at        int    // a decoder's epoch (Engine.epoch) of computed, generated and blocks
 	// The small fields last, packed (one state per call waiting or running).
 	preemptions int32
@@ -170,18 +209,41 @@ func (s *seqState) stalled() bool { return s.req.Open && s.computed >= s.req.Pro
 // preempted (its blocks freed, its tokens recomputed when it is admitted again from the front of
 // the waiting queue); waiting sequences are admitted first-come first-served while the batch,
 // the token budget and the KV cache (less the watermark) allow.
+//
+// With priority scheduling (EngineConfig.SchedulingPolicy "priority") the engine follows vLLM
+// V1's scheduler as released in v0.11.1 (vllm/v1/core/sched/scheduler.py, Scheduler.schedule,
+// and vllm/v1/core/sched/request_queue.py, PriorityRequestQueue; the policy came with vLLM
+// PR #19057, and PRs #26661 and #26754 fixed its preemption's bookkeeping): the
+// waiting queue is a heap by (priority, arrival), arrival being the order of Add, and a
+// preempted sequence goes back into it by that key rather than to its front. When a running
+// sequence needs KV blocks and none are free, the victim is the running sequence with the
+// largest (priority, arrival), that is max(self.running, key=lambda r: (r.priority,
+// r.arrival_time)); a victim already scheduled in this iteration gives back its tokens of the
+// budget, and when the victim is the sequence being scheduled, no further running sequence is
+// scheduled in the iteration. As under FCFS, no waiting sequence is admitted in an iteration
+// that preempted. vLLM V1 never preempts a running request to admit a waiting one of higher
+// priority (V0's _schedule_priority_preemption did; V1 has no such step), and neither does
+// the engine: a waiting sequence of higher priority waits for blocks to free up. Priority
+// engines take the general path of every iteration (the fast path's grouped decoders assume
+// that preemption takes the newest sequences).
 type Engine struct {
 	cfg     EngineConfig
 	cost    *CostModel
 	waiting []*seqState // FIFO of new requests, from qhead on
 	qhead   int
 	front   []*seqState // preempted sequences, served before waiting; the last is next
-	running []*seqState // admission order
-	free    int
-	it      Iteration
-	sched   []*seqState // sequences scheduled in the current step
-	spare   []*seqState // finished sequences' states, reused by Add
-	preempt bool        // a preemption happened in the current step
+	// priority is cfg.Priority(): the waiting sequences, new and preempted, are then in pq, a
+	// min-heap by (Request.Priority, arrival), and waiting and front stay empty. arrivals
+	// numbers the requests as they are added.
+	priority bool
+	pq       []*seqState
+	arrivals uint64
+	running  []*seqState // admission order
+	free     int
+	it       Iteration
+	sched    []*seqState // sequences scheduled in the current step
+	spare    []*seqState // finished sequences' states, reused by Add
+	preempt  bool        // a preemption happened in the current step
 	// prefix is the prefix cache (nil without prefix caching); evictable counts its
 	// unreferenced blocks, which are part of free.
 	prefix    *prefixCache
@@ -217,7 +279,8 @@ type Engine struct {
 	// omitProduced leaves Iteration.Produced empty (OmitProduced).
 	omitProduced bool
 	// general makes every iteration take the general path, visiting every sequence (tests
-	// compare it with the fast path); fallbacks counts the iterations that took it otherwise.
+	// compare it with the fast path; priority engines always take it, their victims being
+	// chosen by priority); fallbacks counts the iterations that took it otherwise.
 	general   bool
 	fallbacks int
 
@@ -244,7 +307,10 @@ func NewEngine(cfg EngineConfig, cost *CostModel) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, cost: cost, free: cfg.NumBlocks, blockShift: -1, crossing: make([][]*seqState, cfg.BlockSize)}
+	e := &Engine{cfg: cfg, cost: cost, free: cfg.NumBlocks, blockShift: -1, crossing: make([][]*seqState, cfg.BlockSize),
+		priority: cfg.Priority()}
+	// The fast path's grouped decoders assume that preemption takes the newest sequences.
+	e.general = e.priority
 	if bs := cfg.BlockSize; bs&(bs-1) == 0 {
 		e.blockShift = bits.TrailingZeros(uint(bs))
 	}
@@ -283,6 +349,13 @@ func (e *Engine) Add(r Request) error {
 		// tokens Grow adds later would never be computed.
 		return fmt.Errorf("request %d: an open request (prefill-decode overlap) needs chunked prefill, which this engine runs without", r.ID)
 	}
+	if r.Priority != 0 && !e.priority {
+		// vLLM V0's engine refused such a request ("Got priority N but Priority scheduling
+		// is not enabled."); V1's FCFS queue would ignore the priority. A policy's
+		// priorities on an FCFS engine are a configuration error either way.
+		return fmt.Errorf("request %d: priority %d, but the engine schedules first come first served (scheduling_policy = %q schedules by priority)",
+			r.ID, r.Priority, SchedulingPriority)
+	}
 	e.plan.ok = false
 	var s *seqState
 	if n := len(e.spare); n > 0 {
@@ -291,7 +364,13 @@ func (e *Engine) Add(r Request) error {
 	} else {
 		s = &seqState{req: r}
 	}
-	e.waiting = append(e.waiting, s)
+	if e.priority {
+		s.arrival = e.arrivals
+		e.arrivals++
+		e.pqPush(s)
+	} else {
+		e.waiting = append(e.waiting, s)
+	}
 	if r.Open {
 		e.opens++
 	}
@@ -350,6 +429,11 @@ func (e *Engine) find(id uint64) *seqState {
 			return s
 		}
 	}
+	for _, s := range e.pq {
+		if s.req.ID == id {
+			return s
+		}
+	}
 	return nil
 }
 
@@ -369,6 +453,12 @@ func (e *Engine) active() int {
 
 // nextWaiting is the sequence admission would take next, or nil.
 func (e *Engine) nextWaiting() *seqState {
+	if e.priority {
+		if len(e.pq) > 0 {
+			return e.pq[0]
+		}
+		return nil
+	}
 	if n := len(e.front); n > 0 {
 		return e.front[n-1]
 	}
@@ -379,6 +469,10 @@ func (e *Engine) nextWaiting() *seqState {
 }
 
 func (e *Engine) popWaiting() {
+	if e.priority {
+		e.pqRemove(0)
+		return
+	}
 	if n := len(e.front); n > 0 {
 		e.front[n-1] = nil
 		e.front = e.front[:n-1]
@@ -403,7 +497,7 @@ func (e *Engine) Idle() bool { return e.Waiting() == 0 && e.active() == 0 }
 func (e *Engine) Running() int { return len(e.running) }
 
 // Waiting returns the number of queued sequences.
-func (e *Engine) Waiting() int { return len(e.front) + len(e.waiting) - e.qhead }
+func (e *Engine) Waiting() int { return len(e.front) + len(e.waiting) - e.qhead + len(e.pq) }
 
 // KVUsage returns the fraction of KV blocks in use.
 func (e *Engine) KVUsage() float64 { return 1 - float64(e.free)/float64(e.cfg.NumBlocks) }
@@ -534,6 +628,9 @@ func addScheduled(b *Batch, it *Iteration, sched []*seqState) {
 // its prompt within the budget for a prefill), preempting the most recently admitted sequences
 // when the KV cache is full.
 func (e *Engine) scheduleRunning(sched []*seqState, budget int) ([]*seqState, int) {
+	if e.priority {
+		return e.scheduleRunningPriority(sched, budget)
+	}
 	for i := 0; i < len(e.running); i++ {
 		s := e.running[i]
 		need := s.length() - s.computed
@@ -564,8 +661,15 @@ func (e *Engine) scheduleRunning(sched []*seqState, budget int) ([]*seqState, in
 	return sched, budget
 }
 
+// preemptSeq preempts s, the most recently admitted running sequence.
 func (e *Engine) preemptSeq(s *seqState) {
 	e.running = e.running[:len(e.running)-1]
+	e.evict(s)
+}
+
+// evict frees the KV blocks of s, which has left the running batch, and queues it to be
+// recomputed.
+func (e *Engine) evict(s *seqState) {
 	e.dropOther(s)
 	e.free += s.blocks
 	e.release(s)
@@ -573,9 +677,15 @@ func (e *Engine) preemptSeq(s *seqState) {
 	s.preemptions++
 	e.preemptions++
 	e.preempt = true
-	// Victims are taken newest first and each goes to the front of the queue, so the
-	// last one pushed (the oldest) is admitted first.
-	e.front = append(e.front, s)
+	if e.priority {
+		// vLLM V1's PriorityRequestQueue has no front: prepend_request adds by (priority,
+		// arrival) like any request.
+		e.pqPush(s)
+	} else {
+		// Victims are taken newest first and each goes to the front of the queue, so the
+		// last one pushed (the oldest) is admitted first.
+		e.front = append(e.front, s)
+	}
 	e.it.Preempted = append(e.it.Preempted, s.req.ID)
 }
 
@@ -642,7 +752,11 @@ func (e *Engine) yieldStalled() bool {
 		s.blocks, s.computed, s.chunk = 0, 0, 0
 		s.preemptions++
 		e.preemptions++
-		e.waiting = append(e.waiting, s)
+		if e.priority {
+			e.pqPush(s) // by its key, as vLLM V1 requeues any request
+		} else {
+			e.waiting = append(e.waiting, s)
+		}
 		e.it.Preempted = append(e.it.Preempted, s.req.ID)
 		return true
 	}
@@ -934,6 +1048,12 @@ func (e *Engine) Abort(id uint64) (generated int, ok bool) {
 	for i := e.qhead; i < len(e.waiting); i++ {
 		if s := e.waiting[i]; s.req.ID == id {
 			e.waiting = append(e.waiting[:i], e.waiting[i+1:]...)
+			return s.generated, true
+		}
+	}
+	for i, s := range e.pq {
+		if s.req.ID == id {
+			e.pqRemove(i)
 			return s.generated, true
 		}
 	}

@@ -77,15 +77,19 @@ func randomRequests(rng *rand.Rand, n, maxPrompt, maxOutput int) []sim.Request {
 // checker drives an engine and checks its invariants after every call: tokens are conserved,
 // each request gets its first token and finishes exactly once, the KV cache never overflows,
 // the batch respects its caps, and preemption always evicts the most recently admitted
-// sequence.
+// sequence (with priority set, the running sequence last in (priority, arrival) order).
 type checker struct {
-	t      *testing.T
-	eng    *sim.Engine
-	cfg    sim.EngineConfig
-	want   map[uint64]int // output tokens of every added request
-	tokens map[uint64]int
-	first  map[uint64]int
-	done   map[uint64]int
+	// priority says the engine schedules by priority; arrival numbers the requests added.
+	priority bool
+	arrival  map[uint64]int
+	prio     map[uint64]int
+	t        *testing.T
+	eng      *sim.Engine
+	cfg      sim.EngineConfig
+	want     map[uint64]int // output tokens of every added request
+	tokens   map[uint64]int
+	first    map[uint64]int
+	done     map[uint64]int
 	// decoding marks sequences whose prompt (or recomputation) is done.
 	decoding map[uint64]bool
 	running  []uint64 // admission order, as the engine's promises imply it
@@ -99,13 +103,29 @@ func newChecker(t *testing.T, eng *sim.Engine) *checker {
 	return &checker{
 		t: t, eng: eng, cfg: eng.Config(),
 		want: map[uint64]int{}, tokens: map[uint64]int{}, first: map[uint64]int{}, done: map[uint64]int{},
-		decoding: map[uint64]bool{},
+		decoding: map[uint64]bool{}, arrival: map[uint64]int{}, prio: map[uint64]int{},
 	}
 }
 
 func (c *checker) add(r sim.Request) {
 	require.NoError(c.t, c.eng.Add(r))
 	c.want[r.ID] = r.OutputTokens
+	c.arrival[r.ID], c.prio[r.ID] = len(c.arrival), r.Priority
+}
+
+// victim is the index in running of the sequence the engine must preempt next.
+func (c *checker) victim() int {
+	if !c.priority {
+		return len(c.running) - 1
+	}
+	v := 0
+	for i, id := range c.running {
+		w := c.running[v]
+		if c.prio[id] > c.prio[w] || c.prio[id] == c.prio[w] && c.arrival[id] > c.arrival[w] {
+			v = i
+		}
+	}
+	return v
 }
 
 func (c *checker) call(advance bool) record {
@@ -144,12 +164,13 @@ func (c *checker) call(advance bool) record {
 		require.Positive(t, rec.Duration)
 	}
 
-	// Preemption evicts from the end of the running batch, before anything is admitted.
+	// Preemption evicts from the end of the running batch (priority: the last in priority
+	// order), before anything is admitted.
 	for _, id := range rec.Preempted {
 		require.NotEmpty(t, c.running, "preempted %d with nothing running", id)
-		last := c.running[len(c.running)-1]
-		require.Equal(t, last, id, "preempted %d, but the most recently admitted sequence is %d (running %v)", id, last, c.running)
-		c.running = c.running[:len(c.running)-1]
+		v := c.victim()
+		require.Equal(t, c.running[v], id, "preempted %d, but the victim is %d (running %v)", id, c.running[v], c.running)
+		c.running = slices.Delete(c.running, v, v+1)
 		c.decoding[id] = false
 	}
 	if !c.cfg.ChunkedPrefill && len(rec.Admitted) > 0 {

@@ -256,15 +256,16 @@ func (c *Cluster) WakeAt(t time.Duration) {
 	c.q.Schedule(max(t, c.Now()), item{kind: itemTimer})
 }
 
-// Submit implements backend.Backend. A call whose ID is in flight, on any worker, is refused.
-func (c *Cluster) Submit(w backend.WorkerID, call *traces.Call) error {
-	return c.submit(w, call, false)
+// Submit implements backend.Backend. A call whose ID is in flight, on any worker, is refused,
+// and so is a priority other than 0 on an engine that schedules first come first served.
+func (c *Cluster) Submit(w backend.WorkerID, call *traces.Call, priority int) error {
+	return c.submit(w, call, false, priority)
 }
 
 // SubmitOpen implements backend.Grower: the call's engine sequence prefills the prompt known
 // so far and waits for Grow.
-func (c *Cluster) SubmitOpen(w backend.WorkerID, call *traces.Call) error {
-	return c.submit(w, call, true)
+func (c *Cluster) SubmitOpen(w backend.WorkerID, call *traces.Call, priority int) error {
+	return c.submit(w, call, true, priority)
 }
 
 var _ backend.Grower = (*Cluster)(nil)
@@ -294,7 +295,10 @@ func (c *Cluster) Grow(w backend.WorkerID, id int, tokens int, close bool) error
 	return nil
 }
 
-func (c *Cluster) submit(w backend.WorkerID, call *traces.Call, open bool) error {
+func (c *Cluster) submit(w backend.WorkerID, call *traces.Call, open bool, priority int) error {
+	if w < 0 || int(w) >= len(c.workers) {
+		return fmt.Errorf("cluster: no worker %d", w)
+	}
 	e, ok := c.workers[w].engines[call.Model]
 	if !ok {
 		return fmt.Errorf("cluster: worker %d does not hold %s", w, call.Model)
@@ -308,9 +312,9 @@ func (c *Cluster) submit(w backend.WorkerID, call *traces.Call, open bool) error
 	}
 	// The query's calls share their question as a prompt prefix (a prefix cache reuses it).
 	req := sim.Request{ID: uint64(call.ID), PromptTokens: call.InputTokens, OutputTokens: call.OutputTokens,
-		PrefixKey: uint64(call.Query) + 1, PrefixTokens: call.PrefixTokens, Open: open}
+		PrefixKey: uint64(call.Query) + 1, PrefixTokens: call.PrefixTokens, Open: open, Priority: priority}
 	if err := e.eng.Add(req); err != nil {
-		return fmt.Errorf("call %d (query %d, %s): %w", call.ID, call.Query, call.Model, err)
+		return fmt.Errorf("call %d (query %d, %s) on worker %d: %w", call.ID, call.Query, call.Model, w, err)
 	}
 	ci := c.newCallInfo()
 	*ci = callInfo{call: call, eng: e, timing: backend.CallTiming{Submitted: now},

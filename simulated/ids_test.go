@@ -39,10 +39,10 @@ func TestCallIDs(t *testing.T) {
 	const huge = 1 << 40
 	small := &traces.Call{ID: 5, Model: "M0", InputTokens: 64, OutputTokens: 32}
 	big := &traces.Call{ID: huge, Model: "M0", InputTokens: 64, OutputTokens: 4000}
-	require.NoError(t, cl.Submit(0, small))
-	require.NoError(t, cl.Submit(0, big))
-	assert.EqualError(t, cl.Submit(1, small), "cluster: call 5 is already in flight on worker 0")
-	assert.EqualError(t, cl.Submit(1, big), "cluster: call 1099511627776 is already in flight on worker 0")
+	require.NoError(t, cl.Submit(0, small, 0))
+	require.NoError(t, cl.Submit(0, big, 0))
+	assert.EqualError(t, cl.Submit(1, small, 0), "cluster: call 5 is already in flight on worker 0")
+	assert.EqualError(t, cl.Submit(1, big, 0), "cluster: call 1099511627776 is already in flight on worker 0")
 	assert.EqualError(t, cl.Cancel(1, 5), "cluster: call 5 is not in flight on worker 1")
 	assert.EqualError(t, cl.Grow(1, huge, 1, true), "cluster: call 1099511627776 is not in flight on worker 1")
 
@@ -58,8 +58,8 @@ func TestCallIDs(t *testing.T) {
 	assert.Positive(t, ev.Produced)
 
 	// Both left worker 0: they may run again elsewhere.
-	require.NoError(t, cl.Submit(1, small))
-	require.NoError(t, cl.Submit(1, big))
+	require.NoError(t, cl.Submit(1, small, 0))
+	require.NoError(t, cl.Submit(1, big, 0))
 	assert.EqualError(t, cl.Cancel(0, 5), "cluster: call 5 is not in flight on worker 0")
 	done := map[int]policies.WorkerID{}
 	for len(done) < 2 {
@@ -79,10 +79,10 @@ func TestCallIDsSparseThenDense(t *testing.T) {
 	cl, ctx := loaded(t, 1)
 	ids := []int{5000, 4000, 1 << 30, 8000, 3}
 	for _, id := range ids {
-		require.NoError(t, cl.Submit(0, &traces.Call{ID: id, Model: "M0", InputTokens: 64, OutputTokens: 100 + id%7}))
+		require.NoError(t, cl.Submit(0, &traces.Call{ID: id, Model: "M0", InputTokens: 64, OutputTokens: 100 + id%7}, 0))
 	}
 	for _, id := range ids {
-		assert.EqualError(t, cl.Submit(0, &traces.Call{ID: id, Model: "M0", InputTokens: 1, OutputTokens: 1}),
+		assert.EqualError(t, cl.Submit(0, &traces.Call{ID: id, Model: "M0", InputTokens: 1, OutputTokens: 1}, 0),
 			fmt.Sprintf("cluster: call %d is already in flight on worker 0", id))
 	}
 	require.NoError(t, cl.Cancel(0, 5000)) // in the map, though 8000 grew the slice over it
@@ -98,7 +98,7 @@ func TestCallIDsSparseThenDense(t *testing.T) {
 
 	// An open call waits for the rest of its prompt: its engine has no work, but the call is
 	// in flight, so the model stays.
-	require.NoError(t, cl.SubmitOpen(0, &traces.Call{ID: 7, Model: "M0", InputTokens: 32, OutputTokens: 8}))
+	require.NoError(t, cl.SubmitOpen(0, &traces.Call{ID: 7, Model: "M0", InputTokens: 32, OutputTokens: 8}, 0))
 	_, err := cl.Next(ctx) // the known prompt is prefilled; then nothing is left to do
 	require.ErrorIs(t, err, policies.ErrIdle)
 	assert.EqualError(t, cl.Unload(0, "M0"), "cluster: M0 on worker 0 still has work")

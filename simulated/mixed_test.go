@@ -174,7 +174,7 @@ func TestPerWorkerCosts(t *testing.T) {
 	for i, w := range []policies.WorkerID{0, 2} {
 		for j := range 32 {
 			c := &traces.Call{ID: i*100 + j, Model: "M0", InputTokens: 512, OutputTokens: 256}
-			require.NoError(t, cl.Submit(w, c))
+			require.NoError(t, cl.Submit(w, c, 0))
 		}
 	}
 	end := map[policies.WorkerID]time.Duration{}

@@ -34,6 +34,7 @@ type emulateFlags struct {
 	tensorParallel                         int
 	chunked, enableChunked, noChunked      bool
 	enablePrefix, noPrefix                 bool
+	schedulingPolicy                       string
 	loadTime                               string
 	unloadTime                             time.Duration
 	profilePath                            string
@@ -88,6 +89,7 @@ func newEmulateFlagSet(f *emulateFlags) *flag.FlagSet {
 	fs.BoolVar(&f.noChunked, "no-enable-chunked-prefill", false, "as vLLM: chunked prefill off (--chunked-prefill=false)")
 	fs.BoolVar(&f.enablePrefix, "enable-prefix-caching", false, "as vLLM: automatic prefix caching of token-ID prompts on (the default)")
 	fs.BoolVar(&f.noPrefix, "no-enable-prefix-caching", false, "as vLLM: automatic prefix caching off")
+	fs.StringVar(&f.schedulingPolicy, "scheduling-policy", sim.SchedulingFCFS, `as vLLM: "fcfs", or "priority" to serve requests by their "priority" field (lower first; fcfs refuses any but 0)`)
 	fs.StringVar(&f.loadTime, "load-time", "auto", `emulated model load time before /health answers 200, divided by the time scale: "auto" (weights / load bandwidth + start-up, from the cost model), 0, or a duration; it counts from $`+launchTimeEnv+` when mosaic replay launched the process`)
 	fs.DurationVar(&f.unloadTime, "unload-time", time.Second, "emulated time to stop (free the GPU) on SIGTERM or SIGINT, divided by the time scale, as the simulator charges for an unload")
 	fs.StringVar(&f.profilePath, "profile", "", "cost-model profile TOML (default: the built-in profile)")
@@ -177,7 +179,8 @@ func (f *emulateFlags) check() error {
 func (f *emulateFlags) options() (emulate.Options, error) {
 	opts := emulate.Options{Catalog: sim.DefaultCatalog(), MaxNumSeqs: f.maxSeqs, MaxBatchedTokens: f.maxTokens,
 		GPUMemoryUtilization: f.util, BlockSize: f.blockSize, NoChunkedPrefill: !f.chunked, NoPrefixCaching: f.noPrefix,
-		TensorParallel: f.tensorParallel}
+		SchedulingPolicy: f.schedulingPolicy,
+		TensorParallel:   f.tensorParallel}
 	for _, path := range f.catalogs {
 		if err := opts.Catalog.AddFile(path); err != nil {
 			return opts, err

@@ -34,11 +34,18 @@ type WorkerID int
 // carries the output tokens it produced. Next blocks until the next event and returns events
 // in non-decreasing At order; it returns ErrIdle when nothing is pending. The policies' Driver
 // calls a Backend from one goroutine only.
+//
+// Submit's priority is the call's priority on its worker's engine, vLLM's per-request priority
+// (the completions request's "priority" field; a lower value is served first). An engine that
+// schedules by priority (vLLM's --scheduling-policy priority) orders its waiting calls by
+// (priority, arrival) and preempts the running call last in that order; one that schedules
+// first come first served refuses a call of any priority but 0 with an error naming the call
+// and the worker, rather than ignore it.
 type Backend interface {
 	Now() time.Duration
 	Load(w WorkerID, model string) error
 	Unload(w WorkerID, model string) error
-	Submit(w WorkerID, c *traces.Call) error
+	Submit(w WorkerID, c *traces.Call, priority int) error
 	Cancel(w WorkerID, call int) error
 	WakeAt(t time.Duration)
 	Next(ctx context.Context) (Event, error)
@@ -54,8 +61,8 @@ var ErrIdle = errors.New("backend: nothing pending")
 type Grower interface {
 	// SubmitOpen submits a call of which only c.InputTokens prompt tokens are known so far
 	// (its own prompt and the outputs of the inputs already done): the worker prefills them
-	// and holds the call.
-	SubmitOpen(w WorkerID, c *traces.Call) error
+	// and holds the call. priority is the call's engine priority, as for Backend.Submit.
+	SubmitOpen(w WorkerID, c *traces.Call, priority int) error
 	// Grow appends tokens (a finished input's forwarded output) to open call id's prompt;
 	// close says every input is in: the call then prefills the rest and decodes.
 	Grow(w WorkerID, id int, tokens int, close bool) error

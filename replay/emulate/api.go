@@ -157,7 +157,21 @@ type generateRequest struct {
 	// CacheSalt isolates the request's prefix-cache blocks (vLLM V1's cache_salt; see
 	// cacheSalt).
 	CacheSalt json.RawMessage `json:"cache_salt"`
+	// Priority is vLLM's request priority (an integer, default 0; lower is served first by
+	// an engine started with --scheduling-policy priority; see errPriority).
+	Priority int `json:"priority"`
 }
+
+// errPriority is the message of a request with a priority other than 0 to an engine that
+// schedules first come first served. The completion and chat completion requests of vLLM's
+// OpenAI-compatible server document their priority field so ("Any priority other than 0 will
+// raise an error if the served model does not use priority scheduling.",
+// vllm/entrypoints/openai/protocol.py), and the message is the one vLLM's engine raised
+// (LLMEngine.add_request in vllm/engine/llm_engine.py, v0.10.x), which the server answers
+// with HTTP 400. vLLM V1's own input processing (v0.11.x) no longer checks, and its FCFS queue
+// then ignores the priority; the emulator keeps the documented refusal, so that a client that
+// relies on priorities on an FCFS server learns of it.
+const errPriority = "Got priority %d but Priority scheduling is not enabled."
 
 type chatMessage struct {
 	Role    string          `json:"role"`
@@ -339,6 +353,10 @@ func (s *Server) handleGenerate(w http.ResponseWriter, hr *http.Request, chat bo
 		badRequest(w, "the emulator supports n = 1 only, got %d", *req.N)
 		return
 	}
+	if req.Priority != 0 && !s.cfg.Engine.Priority() {
+		badRequest(w, errPriority, req.Priority)
+		return
+	}
 	// The engine's own admission checks (max_model_len, KV capacity), on a throwaway engine.
 	probe, err := sim.NewEngine(s.cfg.Engine, s.cfg.Cost)
 	if err == nil {
@@ -360,6 +378,7 @@ func (s *Server) handleGenerate(w http.ResponseWriter, hr *http.Request, chat bo
 		prompt:    prompt,
 		maxTokens: *maxTokens,
 		output:    *maxTokens,
+		priority:  req.Priority,
 		arrived:   arrived,
 		notify:    make(chan struct{}, 1),
 	}

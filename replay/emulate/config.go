@@ -152,6 +152,10 @@ type Options struct {
 	NoChunkedPrefill bool
 	// NoPrefixCaching turns automatic prefix caching off (vLLM's --no-enable-prefix-caching).
 	NoPrefixCaching bool
+	// SchedulingPolicy is vLLM's --scheduling-policy: "" or "fcfs" (the default), or
+	// "priority", with which the engine serves requests by their "priority" field (see
+	// sim.EngineConfig.SchedulingPolicy); an FCFS engine refuses a priority other than 0.
+	SchedulingPolicy string
 	// TensorParallel is vLLM's tensor_parallel_size: the worker is a group of that many GPUs
 	// (1, 2, 4 or 8; 0 means 1) holding the model sharded (sim.WithTP).
 	TensorParallel int
@@ -202,6 +206,9 @@ func ConfigFor(gpuName, modelName string, o Options) (Config, error) {
 		MaxBatchedTokens: orInt(o.MaxBatchedTokens, DefaultMaxBatchedTokens),
 		ChunkedPrefill:   !o.NoChunkedPrefill,
 		BlockSize:        orInt(o.BlockSize, DefaultBlockSize),
+	}
+	if o.SchedulingPolicy != sim.SchedulingFCFS {
+		eng.SchedulingPolicy = o.SchedulingPolicy // FCFS is the empty default
 	}
 	if eng, err = eng.WithKVCache(cm, util); err != nil {
 		return Config{}, fmt.Errorf("emulate: engine: %w", err)

@@ -75,6 +75,7 @@ type request struct {
 	blocks    []uint64 // hashes of the prompt's full blocks, for the prefix cache (nil: not cached)
 	maxTokens int      // what the client asked for
 	output    int      // what the engine produces
+	priority  int      // vLLM's request priority (0 unless the engine schedules by priority)
 	arrived   time.Time
 	notify    chan struct{} // capacity 1: progress since the handler last looked
 
@@ -473,7 +474,7 @@ func (s *Server) loop(eng *sim.Engine) {
 				// An idle engine starts the request when it arrives.
 				virtual = max(virtual, time.Duration(float64(r.arrived.Sub(s.epoch))*s.cfg.TimeScale))
 			}
-			if err := eng.Add(sim.Request{ID: r.id, PromptTokens: r.prompt, OutputTokens: r.output, Blocks: r.blocks}); err != nil {
+			if err := eng.Add(sim.Request{ID: r.id, PromptTokens: r.prompt, OutputTokens: r.output, Blocks: r.blocks, Priority: r.priority}); err != nil {
 				r.fail(err) // the handler checked already; cannot happen
 				continue
 			}

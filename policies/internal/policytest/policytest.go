@@ -79,10 +79,14 @@ func (b *Backend) Unload(w policies.WorkerID, model string) error {
 	return nil
 }
 
-// Submit records the submission and schedules the call's EventDone: it starts now and takes
-// PerToken per output token.
-func (b *Backend) Submit(w policies.WorkerID, c *traces.Call) error {
-	b.record("submit w%d call %d", w, c.ID)
+// Submit records the submission (with its priority, when not 0) and schedules the call's
+// EventDone: it starts now and takes PerToken per output token, whatever its priority.
+func (b *Backend) Submit(w policies.WorkerID, c *traces.Call, priority int) error {
+	if priority != 0 {
+		b.record("submit w%d call %d priority %d", w, c.ID, priority)
+	} else {
+		b.record("submit w%d call %d", w, c.ID)
+	}
 	end := b.now + time.Duration(c.OutputTokens)*PerToken
 	b.push(policies.Event{Kind: policies.EventDone, At: end, Worker: w, Model: c.Model,
 		Call:   &policies.CallRef{ID: c.ID, Query: c.Query, Role: c.Role, Layer: c.Layer, Model: c.Model, InputTokens: c.InputTokens},
