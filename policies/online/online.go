@@ -1022,4 +1022,6 @@ func (p *Policy) maybeReplan(v policies.View) []policies.Action {
 
 // enginePriority reports whether the model's engine schedules by priority (vLLM's
 // --scheduling-policy priority), so that a submitted call carries its rank there.
-func enginePriority(info policies.ModelInfo) bool { return false }
+func enginePriority(info policies.ModelInfo) bool {
+	return info.Engine.Priority()
+}

@@ -197,3 +197,24 @@ func TestPinnedPlacements(t *testing.T) {
 		tc.check(t, plan)
 	}
 }
+
+// TestEnginePriority: on a model whose engine schedules by priority the policy's submissions
+// carry each call's rank as its priority; on an FCFS engine they carry none.
+func TestEnginePriority(t *testing.T) {
+	for _, byPriority := range []bool{true, false} {
+		p := New(Options{Order: OrderPLAS, Starve: -1, MaxInFlight: 4})
+		m := &model{name: "M", meanOut: 100, limit: 4, limitOn: []int{4}, runs: []bool{true}}
+		p.models, p.byName = []*model{m}, map[string]*model{"M": m}
+		p.priority = map[string]bool{"M": byPriority}
+		p.dropped, p.held = map[int]bool{}, map[int][]policies.CallRef{}
+		p.workers = []*worker{{id: 0, active: "M", am: m, held: []string{"M"}}}
+		p.service.Set(1, 25) // level 2
+		p.enqueue([]policies.CallRef{{ID: 10, Query: 1, Model: "M"}, {ID: 20, Query: 2, Model: "M"}})
+		acts := p.dispatch(nil, clockView{})
+		want := []policies.Action{policies.Submit(0, 20), policies.Submit(0, 10)}
+		if byPriority {
+			want = []policies.Action{policies.SubmitPriority(0, 20, 0), policies.SubmitPriority(0, 10, 2)}
+		}
+		assert.Equal(t, want, acts, "engine schedules by priority: %v", byPriority)
+	}
+}
