@@ -13,7 +13,7 @@ VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 COMMIT    := $(shell git rev-parse HEAD 2>/dev/null)
 BIN       := bin/mosaic
 
-.PHONY: all deps node-deps ollama build run test bench bench-online fuzz lint profile profile-tp profile-gpus paper sensitivity clean
+.PHONY: all deps node-deps ollama build run test bench bench-online fuzz lint profile profile-tp profile-gpus paper online sensitivity clean
 
 all: build
 
@@ -147,6 +147,15 @@ paper: build
 	./$(BIN) paper --seeds $(PAPER_SEEDS) --results $(PAPER_DIR) -o $(PAPER_DIR)/table.md
 	./$(BIN) plot -o $(PAPER_DIR)/figures $(PAPER_DIR)/mmlu-pro $(PAPER_DIR)/medmcqa $(PAPER_DIR)/gpqa
 	./$(BIN) plot -o $(PAPER_DIR)/figures/seed-1 $(PAPER_DIR)/mmlu-pro/0000_seed=1 $(PAPER_DIR)/medmcqa/0000_seed=1 $(PAPER_DIR)/gpqa/0000_seed=1
+
+# The paper's three workloads and the agent program served online: every policy at three loads
+# against each cluster's capacity (light, near saturation, overloaded), seeds 1..ONLINE_SEEDS,
+# figures over each run's steady-state window, and latency against load per experiment.
+ONLINE_DIR ?= out/online
+ONLINE_SEEDS ?= 3
+online: build
+	./$(BIN) online --seeds $(ONLINE_SEEDS) --results $(ONLINE_DIR) -o $(ONLINE_DIR)/table.md
+	for e in mmlu-pro medmcqa gpqa agent-dag; do ./$(BIN) plot -o $(ONLINE_DIR)/figures/$$e $(ONLINE_DIR)/$$e/seed-1 || exit 1; done
 
 # How each paper speedup moves with each assumption over its plausible range (tornado charts).
 SENSITIVITY_DIR ?= out/sensitivity

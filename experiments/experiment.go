@@ -658,6 +658,9 @@ func (e *Experiment) errorf(key, format string, args ...any) error {
 			return fmt.Errorf("--set %s: %s", k, fmt.Sprintf(format, args...))
 		}
 	}
+	if e.ownPolicies && (key == "policy" || strings.HasPrefix(key, "policy[")) {
+		return fmt.Errorf("%s: %s", key, fmt.Sprintf(format, args...)) // not the file's [[policy]]
+	}
 	return e.file.Errorf(key, format, args...)
 }
 

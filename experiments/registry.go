@@ -102,7 +102,7 @@ func policyKinds() []policyKind {
 				}
 				return func() policies.Policy { return dataparallel.New() }, nil
 			}),
-		kind(placement.Name, "MOSAIC: an ILP places models and assigns calls per layer (stage), from profiled costs", "mosaic",
+		kind(placement.Name, "MOSAIC: an ILP places models and assigns calls per layer (stage), from profiled costs; online: its plan for the expected mix, each call dispatched when ready", "mosaic",
 			func(s *PolicySpec) *MosaicOptions { return s.Mosaic },
 			func(b policyBuild, o MosaicOptions) (func() policies.Policy, error) {
 				opts := placement.Options{Outputs: b.outputs}
@@ -153,7 +153,7 @@ func policyKinds() []policyKind {
 				}
 				return b.served(opts, online.OrderDeepest), nil
 			}),
-		kind(placement.PipelineName, "MOSAIC's placement without the stage barrier: workers done with a stage serve the next layer's ready calls", "pipeline",
+		kind(placement.PipelineName, "MOSAIC's placement without the stage barrier: workers done with a stage serve the next layer's ready calls (offline batches only)", "pipeline",
 			func(s *PolicySpec) *PipelineOptions { return s.Pipeline },
 			func(b policyBuild, o PipelineOptions) (func() policies.Policy, error) {
 				if b.online {

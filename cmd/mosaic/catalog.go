@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/mosaic-sched/mosaic/experiments"
+	"github.com/mosaic-sched/mosaic/policies/online"
 	"github.com/mosaic-sched/mosaic/sim"
 )
 
@@ -62,6 +63,7 @@ func runCatalog(args []string, stdout io.Writer) error {
 			}
 		}
 		fmt.Fprintf(w, "\nevery [[policy]] takes: %s\n", strings.Join(experiments.CommonPolicyOptions, ", "))
+		fmt.Fprintf(w, "dispatch (queries arriving over time): %s\n", strings.Join(online.Orders, ", "))
 	case "rules":
 		fmt.Fprint(w, `rule (a [[policy]] key, or [aggregation] threshold for every policy)
 threshold = T             skip a gated call when its inputs' top answer has at least T of their votes

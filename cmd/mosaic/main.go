@@ -58,6 +58,7 @@ var commands = []command{
 	{"merge", "merge the folders of a sweep's shards", runMerge},
 	{"plan", "show the placement and prompt assignment the mosaic policy plans, its bound and gap", runPlan},
 	{"paper", "compare results of the paper experiments with the paper's reported figures", runPaper},
+	{"online", "serve the paper workloads and the agent program online: every policy at three loads against capacity", runOnline},
 	{"sensitivity", "move each assumption of an experiment over its plausible range and measure the speedup", runSensitivity},
 	{"faster-moa", "reproduce Faster-MoA's latency reductions: the dense graph, then the tree with each technique", runFasterMoA},
 	{"trace", "generate (gen), import or describe (stats) a Mixture-of-Agents workload", runTrace},
