@@ -156,7 +156,9 @@ func serveOnline(path string, loads []float64, seeds, queries int, slo time.Dura
 		err = experiments.RunSweep(context.Background(), point, sw, 1, 1, nil, out,
 			experiments.RunInfo{Version: version, Commit: commit()},
 			experiments.HostInfo{Host: host, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Started: start.UTC().Format(time.RFC3339)},
-			func(done, total int) { slog.Info("points done", "experiment", e.Name, "seed", seed, "done", done, "of", total) })
+			func(done, total int) {
+				slog.Info("points done", "experiment", e.Name, "seed", seed, "done", done, "of", total)
+			})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", path, err)
 		}
