@@ -255,18 +255,18 @@ func loadFigure(series []LoadSeries, opt Options) (*canvasFigure, string) {
 	}
 	what := "p99 (solid), p50 (dashed)"
 	if series[0].Window {
-		what += ", over each run's steady-state window (the warm-up's arrivals left out)"
+		what += " over the steady-state window"
 	}
 	legend = append(legend, legendEntry{what, lineSwatch(draw.LineStyle{Color: refGrey, Width: vg.Points(1.1)}, nil)})
 	if overloaded {
-		legend = append(legend, legendEntry{"ringed: overloaded (the rate is at or above the cluster's capacity)", glyphSwatch(draw.GlyphStyle{Color: refGrey, Radius: vg.Points(4.5), Shape: draw.RingGlyph{}})})
+		legend = append(legend, legendEntry{"ringed: overloaded (rate >= capacity)", glyphSwatch(draw.GlyphStyle{Color: refGrey, Radius: vg.Points(4.5), Shape: draw.RingGlyph{}})})
 	}
 	if c := series[0].Capacity; c > 0 && len(groups) == 1 {
 		line := draw.LineStyle{Color: refGrey, Width: vg.Points(0.8), Dashes: dashPatterns[2%len(dashPatterns)]}
 		for _, p := range []*plot.Plot{latP, sloP} {
 			p.Add(capacityLine{x: c, style: line})
 		}
-		legend = append(legend, legendEntry{fmt.Sprintf("capacity %s queries/s (every worker busy all the time)", strconv.FormatFloat(c, 'g', 3, 64)), lineSwatch(line, nil)})
+		legend = append(legend, legendEntry{fmt.Sprintf("capacity %s queries/s", strconv.FormatFloat(c, 'g', 3, 64)), lineSwatch(line, nil)})
 	}
 	if seeds.any() {
 		legend = append(legend, legendEntry{seeds.label(opt.Spread), errSwatch})

@@ -29,10 +29,11 @@ func runOnline(args []string, stdout io.Writer) error {
 	seeds := fs.Int("seeds", 1, "run each point with seeds 1..N")
 	queries := fs.Int("queries", 4000, "queries at the lightest load; every load arrives over the same horizon (the first 20% of each point's queries are its warm-up)")
 	slo := fs.Duration("slo", 10*time.Minute, "end-to-end SLO of an experiment that gives none ([slo] e2e)")
+	minHorizon := fs.Duration("min-horizon", time.Hour, "the least time queries arrive for, whatever --queries gives (the model loads at the start must not dominate the window)")
 	dir := fs.String("results", "out/online", "where the runs go: one sweep folder per experiment")
 	out := fs.String("o", "", "also write the table (markdown) to this file")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), `usage: mosaic online [--loads 0.5,0.9,1.2] [--seeds 1] [--queries 4000] [--slo 10m] [--results DIR] [-o table.md] [EXPERIMENT.toml]...
+		fmt.Fprintln(fs.Output(), `usage: mosaic online [--loads 0.5,0.9,1.2] [--seeds 1] [--queries 4000] [--min-horizon 1h] [--slo 10m] [--results DIR] [-o table.md] [EXPERIMENT.toml]...
 
 Serves each experiment online with the policies people deploy and the program-aware ones
 (round-robin, data-parallel, mosaic, mosaic+sjf, online, online+plas, plas, atlas) at loads
@@ -59,6 +60,8 @@ its latency against load. Without arguments: the three paper experiments and the
 		return fmt.Errorf("%w: --seeds must be at least 1, got %d", errUsage, *seeds)
 	case *queries < 10:
 		return fmt.Errorf("%w: --queries must be at least 10, got %d", errUsage, *queries)
+	case *minHorizon < 0:
+		return fmt.Errorf("%w: --min-horizon must not be negative, got %v", errUsage, *minHorizon)
 	case *slo <= 0:
 		return fmt.Errorf("%w: --slo must be a positive duration, got %v", errUsage, *slo)
 	}
@@ -75,7 +78,7 @@ its latency against load. Without arguments: the three paper experiments and the
 	}
 	var rows []results.SummaryRow
 	for _, path := range pos {
-		rs, err := serveOnline(path, loads, *seeds, *queries, *slo, filepath.Join(*dir, strings.TrimSuffix(filepath.Base(path), ".toml")))
+		rs, err := serveOnline(path, loads, *seeds, *queries, *minHorizon, *slo, filepath.Join(*dir, strings.TrimSuffix(filepath.Base(path), ".toml")))
 		if err != nil {
 			return err
 		}
@@ -102,7 +105,7 @@ its latency against load. Without arguments: the three paper experiments and the
 // serveOnline runs one experiment with the online policies at loads x its capacity, for
 // each of seeds 1..n (the capacity follows the seed's workload: its mix of calls differs), as
 // one sweep over the rate per seed into dir/seed-S, and returns the sweeps' summary rows.
-func serveOnline(path string, loads []float64, seeds, queries int, slo time.Duration, dir string) ([]results.SummaryRow, error) {
+func serveOnline(path string, loads []float64, seeds, queries int, minHorizon, slo time.Duration, dir string) ([]results.SummaryRow, error) {
 	var rows []results.SummaryRow
 	light := slices.Min(loads)
 	for seed := 1; seed <= seeds; seed++ {
@@ -143,7 +146,7 @@ func serveOnline(path string, loads []float64, seeds, queries int, slo time.Dura
 		}
 		// Every load arrives over the same horizon, the lightest load's queries: an overloaded
 		// point's latencies grow with the horizon, so they compare only at one horizon.
-		horizon := time.Duration(float64(queries) / (light * c.QPS) * float64(time.Second)).Round(time.Second)
+		horizon := max(minHorizon, time.Duration(float64(queries)/(light*c.QPS)*float64(time.Second))).Round(time.Second)
 		point := func() (*experiments.Experiment, error) { return load("workload.duration=" + horizon.String()) }
 		sw, err := experiments.ParseSweep([]string{"workload.arrival_rate=" + joinFloats(rates)})
 		if err != nil {

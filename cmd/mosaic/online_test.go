@@ -15,7 +15,7 @@ import (
 // marked overloaded, each seed's sweep in its own folder that mosaic plot reads.
 func TestOnlineCommand(t *testing.T) {
 	dir := t.TempDir()
-	code, out, errOut := runCLI("online", "--queries", "60", "--loads", "0.5,1.5", "--seeds", "2", "--results", dir,
+	code, out, errOut := runCLI("online", "--queries", "60", "--min-horizon", "0s", "--loads", "0.5,1.5", "--seeds", "2", "--results", dir,
 		"-o", filepath.Join(dir, "table.md"), "../../experiments/examples/agent-dag.toml")
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "| experiment | load (rate) | policy | mean e2e (s) | p50 e2e (s) | p99 e2e (s) | p99 TTFT (s) | SLO met | goodput (q/s) | done (q/s) | seeds |")
