@@ -2,14 +2,12 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -153,19 +151,10 @@ func serveOnline(path string, loads []float64, seeds, queries int, minHorizon, s
 			return nil, err
 		}
 		out := filepath.Join(dir, "seed-"+strconv.Itoa(seed))
-		start := time.Now()
-		host, _ := os.Hostname()
 		slog.Info("serving online", "experiment", e.Name, "seed", seed, "capacity_qps", strconv.FormatFloat(c.QPS, 'g', 4, 64), "rates", joinFloats(rates), "horizon", horizon, "dir", out)
-		err = experiments.RunSweep(context.Background(), point, sw, 1, 1, nil, out,
-			experiments.RunInfo{Version: version, Commit: commit()},
-			experiments.HostInfo{Host: host, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Started: start.UTC().Format(time.RFC3339)},
-			func(done, total int) {
-				slog.Info("points done", "experiment", e.Name, "seed", seed, "done", done, "of", total)
-			})
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
+		if err := sweepInto(path, e.Name, point, sw, out); err != nil {
+			return nil, err
 		}
-		slog.Info("served", "experiment", e.Name, "seed", seed, "wall", time.Since(start).Round(time.Millisecond))
 		rs, err := results.ReadSummaryCSV(filepath.Join(out, "summary.csv"))
 		if err != nil {
 			return nil, err

@@ -127,16 +127,23 @@ func simulateSeeds(path string, n int, dir string) error {
 	if _, err := e.Resolve(); err != nil {
 		return err
 	}
+	slog.Info("simulating", "experiment", path, "seeds", n, "dir", dir)
+	return sweepInto(path, e.Name, load, sw, dir)
+}
+
+// sweepInto runs the sweep sw of an experiment (loaded by load, named name, from path) into
+// dir, with this binary's version and this host in each point's run.json and host.json,
+// logging its progress.
+func sweepInto(path, name string, load experiments.SweepLoader, sw experiments.Sweep, dir string) error {
 	start := time.Now()
 	host, _ := os.Hostname()
-	slog.Info("simulating", "experiment", path, "seeds", n, "dir", dir)
-	err = experiments.RunSweep(context.Background(), load, sw, 1, 1, nil, dir,
+	err := experiments.RunSweep(context.Background(), load, sw, 1, 1, nil, dir,
 		experiments.RunInfo{Version: version, Commit: commit()},
 		experiments.HostInfo{Host: host, GoVersion: runtime.Version(), CPUs: runtime.NumCPU(), Started: start.UTC().Format(time.RFC3339)},
-		func(done, total int) { slog.Info("seeds done", "experiment", e.Name, "done", done, "of", total) })
+		func(done, total int) { slog.Info("points done", "experiment", name, "done", done, "of", total) })
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	slog.Info("simulated", "experiment", e.Name, "wall", time.Since(start).Round(time.Millisecond))
+	slog.Info("simulated", "experiment", name, "dir", dir, "wall", time.Since(start).Round(time.Millisecond))
 	return nil
 }

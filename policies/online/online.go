@@ -452,6 +452,13 @@ func (p *Policy) place(v policies.View, counts map[string]int, prompts map[strin
 	for w := range plan {
 		slices.SortStableFunc(plan[w], func(a, b *model) int { return cmp.Compare(work[w][b], work[w][a]) })
 	}
+	p.adopt(plan, counts)
+	return nil
+}
+
+// adopt makes plan (per worker, its models in serving order) the placement, planned for the mix
+// of counts calls per model.
+func (p *Policy) adopt(plan [][]*model, counts map[string]int) {
 	p.plan = plan
 	for _, m := range p.models {
 		m.assigned, m.released = false, 0
@@ -462,7 +469,6 @@ func (p *Policy) place(v policies.View, counts map[string]int, prompts map[strin
 		}
 	}
 	p.planMix = p.mix(counts)
-	return nil
 }
 
 // pin places the models without solving: PlaceRoundRobin gives each model one worker, the
@@ -516,16 +522,7 @@ func (p *Policy) pin(v policies.View) error {
 			}
 		}
 	}
-	p.plan = plan
-	for _, m := range p.models {
-		m.assigned, m.released = false, 0
-	}
-	for _, models := range plan {
-		for _, m := range models {
-			m.assigned = true
-		}
-	}
-	p.planMix = p.mix(counts)
+	p.adopt(plan, counts)
 	return nil
 }
 
