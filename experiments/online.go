@@ -15,8 +15,8 @@ import (
 // OnlinePolicies are the policies `mosaic online` compares when queries arrive over time: the
 // deployments people run (round-robin's models pinned with FCFS queues, data-parallel,
 // MOSAIC's plan for the expected mix), shortest-expected-job-first on that plan, the online
-// policy (re-planning, work stealing) alone and with PLAS on top, and Autellix's PLAS and
-// ATLAS on MOSAIC's plan.
+// policy (re-planning, work stealing) alone and with PLAS or ATLAS on top, and Autellix's
+// PLAS and ATLAS on MOSAIC's plan.
 func OnlinePolicies() []PolicySpec {
 	return []PolicySpec{
 		{Name: "round-robin"},
@@ -25,6 +25,7 @@ func OnlinePolicies() []PolicySpec {
 		{Name: "mosaic", Label: "mosaic+sjf", Dispatch: "sjf"},
 		{Name: "online"},
 		{Name: "online", Label: "online+plas", Dispatch: "plas"},
+		{Name: "online", Label: "online+atlas", Dispatch: "atlas"},
 		{Name: "plas"},
 		{Name: "atlas"},
 	}

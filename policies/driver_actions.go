@@ -61,10 +61,13 @@ func (d *Driver) do(a Action) error {
 		if !d.Fits(a.Worker, a.Model) {
 			return fmt.Errorf("it does not fit next to %v (memory fractions sum above 1)", d.resident(a.Worker))
 		}
+		// The start is read before the backend is asked: a real backend's load may complete
+		// (and stamp its end) on another goroutine before Load returns.
+		start := d.backend.Now()
 		if err := d.backend.Load(a.Worker, a.Model); err != nil {
 			return err
 		}
-		ws.loading[a.Model] = d.backend.Now()
+		ws.loading[a.Model] = start
 	case ActUnload:
 		if !d.holds(a.Worker, a.Model) {
 			return errors.New("the worker does not hold it")
@@ -72,6 +75,7 @@ func (d *Driver) do(a Action) error {
 		if n := ws.inflight[d.byName[a.Model]]; n > 0 {
 			return fmt.Errorf("%d of its calls are in flight there", n)
 		}
+		start := d.backend.Now() // before the backend is asked, as for a load
 		if err := d.backend.Unload(a.Worker, a.Model); err != nil {
 			return err
 		}
@@ -81,7 +85,7 @@ func (d *Driver) do(a Action) error {
 				break
 			}
 		}
-		ws.unloading[a.Model] = d.backend.Now()
+		ws.unloading[a.Model] = start
 	case ActSubmit:
 		if err := d.lookup(a.CallID); err != nil {
 			return err

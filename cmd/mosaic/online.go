@@ -34,7 +34,8 @@ func runOnline(args []string, stdout io.Writer) error {
 		fmt.Fprintln(fs.Output(), `usage: mosaic online [--loads 0.5,0.9,1.2] [--seeds 1] [--queries 4000] [--min-horizon 1h] [--slo 10m] [--results DIR] [-o table.md] [EXPERIMENT.toml]...
 
 Serves each experiment online with the policies people deploy and the program-aware ones
-(round-robin, data-parallel, mosaic, mosaic+sjf, online, online+plas, plas, atlas) at loads
+(round-robin, data-parallel, mosaic, mosaic+sjf, online, online+plas, online+atlas, plas,
+atlas) at loads
 given as shares of the cluster's capacity (the arrival rate at which every worker is busy all
 the time), and prints, per experiment, load and policy, the figures over each run's
 steady-state window: mean, p50 and p99 end-to-end latency, p99 time to the final first token,

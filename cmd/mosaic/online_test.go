@@ -20,14 +20,14 @@ func TestOnlineCommand(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "| experiment | load (rate) | policy | mean e2e (s) | p50 e2e (s) | p99 e2e (s) | p99 TTFT (s) | SLO met | goodput (q/s) | done (q/s) | seeds |")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
-	require.Len(t, lines, 2+2*8, "a header, and 8 policies at each of 2 loads")
-	for _, p := range []string{"round-robin", "data-parallel", "mosaic", "mosaic+sjf", "online", "online+plas", "plas", "atlas"} {
+	require.Len(t, lines, 2+2*9, "a header, and 9 policies at each of 2 loads")
+	for _, p := range []string{"round-robin", "data-parallel", "mosaic", "mosaic+sjf", "online", "online+plas", "online+atlas", "plas", "atlas"} {
 		assert.Equal(t, 2, strings.Count(out, "| "+p+" |"), p)
 	}
 	assert.Contains(t, lines[2], "| agent-dag | 0.50 (")
 	assert.NotContains(t, lines[2], "overloaded")
-	assert.Contains(t, lines[2+8], "| agent-dag | 1.50 (")
-	assert.Contains(t, lines[2+8], "overloaded")
+	assert.Contains(t, lines[2+9], "| agent-dag | 1.50 (")
+	assert.Contains(t, lines[2+9], "overloaded")
 	assert.Contains(t, lines[2], "| 1,2 |", "the seeds behind each figure")
 	table, err := os.ReadFile(filepath.Join(dir, "table.md"))
 	require.NoError(t, err)
