@@ -27,35 +27,60 @@ func (p *Policy) feed(v policies.View) []policies.Action {
 	if len(calls) == 0 {
 		return nil
 	}
+	// The workers done with their stage: with none, no call can go (the common case while a
+	// stage runs, when the next layer's ready calls pile up).
+	free := p.free[:0]
+	for _, wk := range p.workers {
+		if wk.current() == "" && wk.loading == "" && wk.want == "" {
+			free = append(free, wk)
+		}
+	}
+	p.free = free
+	if len(free) == 0 {
+		return nil
+	}
 	var acts []policies.Action
-	kept := calls[:0]
-	for _, c := range calls {
-		if w := p.freeWorker(c.Model, v); w != nil {
+	var info policies.ModelInfo // the last call's model's (calls of one model come in runs)
+	known := false
+	kept := -1 // once a call went, where the next kept call moves to
+	for i, c := range calls {
+		if !known || info.Name != c.Model {
+			info, known = v.Model(c.Model)
+		}
+		if w := p.freeWorker(known, info, free, v); w != nil {
 			p.early[c.ID] = true
 			p.earlyN[next]++
 			acts = append(acts, policies.Submit(w.id, c.ID))
 			p.inflightEarly[w.id]++
+			if kept < 0 {
+				kept = i
+			}
 			continue
 		}
-		kept = append(kept, c)
+		if kept >= 0 {
+			calls[kept] = c
+			kept++
+		}
 	}
-	clear(calls[len(kept):])
-	p.waiting[next] = kept
+	if kept >= 0 {
+		clear(calls[kept:])
+		p.waiting[next] = calls[:kept]
+	}
 	clear(p.inflightEarly)
 	return acts
 }
 
 // freeWorker is the worker with the fewest calls in flight among those done with the stage
-// that hold model and have room for another call, or nil.
-func (p *Policy) freeWorker(model string, v policies.View) *worker {
-	info, ok := v.Model(model)
-	if !ok {
+// (free) that hold the model of info (known: the model exists) and have room for another call,
+// or nil.
+func (p *Policy) freeWorker(known bool, info policies.ModelInfo, free []*worker, v policies.View) *worker {
+	if !known {
 		return nil
 	}
 	var best *worker
 	bestN := 0
-	for _, wk := range p.workers {
-		if wk.current() != "" || wk.loading != "" || wk.want != "" || !v.Holding(wk.id, model) {
+	for _, wk := range free {
+		if !v.Holding(wk.id, info.Name) {
 			continue
 		}
 		n := v.InFlight(wk.id, "") + p.inflightEarly[wk.id]

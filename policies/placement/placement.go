@@ -89,8 +89,10 @@ type Policy struct {
 	// earlyN counts them by layer.
 	early  map[int]bool
 	earlyN map[int]int
-	// inflightEarly is feed's scratch: calls submitted to a worker in this round.
+	// inflightEarly is feed's scratch: calls submitted to a worker in this round; free the
+	// workers done with their stage.
 	inflightEarly map[policies.WorkerID]int
+	free          []*worker
 	// perm and sorted are order's scratch.
 	perm   []int32
 	sorted []policies.CallRef
