@@ -127,6 +127,32 @@ func BenchmarkOnlineStream(b *testing.B) {
 	}
 }
 
+// One seed of the 1,000-point sweep of docs/performance.md: GPQA's twelve policies at ten
+// aggregation thresholds on ten cluster sizes, 100 points with their results folders
+// (about 120 MB) written into a temporary folder, through the Sweeper (points in parallel,
+// sharing the workload, the runs that simulate alike and their formatted rows). It reports
+// the policies' runs simulated, of the 1,200 the points hold.
+func BenchmarkSweep(b *testing.B) {
+	if _, ok := dataset.File("workloads/moa_questions.csv"); !ok {
+		b.Skipf("shared data not found: set %s", dataset.Env)
+	}
+	s, err := experiments.ParseSweep([]string{"aggregation.threshold=0.5,0.6,0.6667,0.7,0.75,0.8,0.9,1.0,1.5,2.0",
+		"cluster.workers=2,3,4,5,6,7,8,9,10,12", "seed=1"})
+	require.NoError(b, err)
+	pts := s.Points()
+	load := func() (*experiments.Experiment, error) { return experiments.Load("paper/gpqa.toml") }
+	info, host := experiments.RunInfo{Version: "bench"}, experiments.HostInfo{}
+	var st experiments.SweepStats
+	for b.Loop() {
+		sw, err := experiments.NewSweeper(load)
+		require.NoError(b, err)
+		require.NoError(b, sw.RunSweep(context.Background(), s, 1, 1, nil, b.TempDir(), info, host, nil))
+		st = sw.Stats()
+	}
+	b.ReportMetric(float64(len(pts)*b.N)/b.Elapsed().Seconds(), "points/s")
+	b.ReportMetric(float64(st.Simulated), "runs-simulated")
+}
+
 // sampleHeap records the largest live heap into peak every 10 ms until stop is called.
 func sampleHeap(peak *uint64) (stop func()) {
 	done := make(chan struct{})

@@ -43,6 +43,9 @@ type Run struct {
 	// workers.csv went into the results folder as the run went (a streamed run: Sim.Run).
 	queries int
 	written bool
+	// shared holds, for a point of a sweep, each policy's rows formatted once per run and
+	// label, where its run was shared (sweepruns.go); nil elsewhere.
+	shared []*onceMap[string, runLines]
 }
 
 // Queries is the number of queries of the workload the policies ran.
@@ -94,6 +97,17 @@ func (r *Resolved) clusterConfig() simulated.Config {
 // Simulate runs every policy of the experiment on the same workload in the simulator, in
 // parallel on the available cores, and computes the summaries (speedups over the first policy).
 func (r *Resolved) Simulate(ctx context.Context, progress Progress) (*Run, error) {
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	return r.simulate(func(_ int, p ResolvedPolicy) (*policies.Result, policies.Policy, error) {
+		sem <- struct{}{}
+		defer func() { <-sem }()
+		return r.simulatePolicy(ctx, p, progress)
+	})
+}
+
+// simulate runs every policy through run (given its index and the policy), each on its own
+// goroutine (run bounds how many simulate at once), and computes the summaries.
+func (r *Resolved) simulate(run func(int, ResolvedPolicy) (*policies.Result, policies.Policy, error)) (*Run, error) {
 	m := r.Graph
 	if m == nil {
 		return nil, fmt.Errorf("%s: not a workload of call graphs (workload.kind = %q)", r.File(), r.Workload.Kind)
@@ -101,15 +115,12 @@ func (r *Resolved) Simulate(ctx context.Context, progress Progress) (*Run, error
 	res := make([]*policies.Result, len(m.Policies))
 	pols := make([]policies.Policy, len(m.Policies))
 	errs := make([]error, len(m.Policies))
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
 	for i, p := range m.Policies {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			res[i], pols[i], errs[i] = r.simulatePolicy(ctx, p, progress)
+			res[i], pols[i], errs[i] = run(i, p)
 		}()
 	}
 	wg.Wait()
@@ -118,12 +129,12 @@ func (r *Resolved) Simulate(ctx context.Context, progress Progress) (*Run, error
 			return nil, err
 		}
 	}
-	run := &Run{Experiment: r, Mode: "sim", Results: res, Policies: pols}
-	run.Summaries = Summarize(r.Name, run.Mode, uint64(r.Seed), m.SLO, res)
-	if err := r.addSteady(run.Summaries, res); err != nil {
+	out := &Run{Experiment: r, Mode: "sim", Results: res, Policies: pols}
+	out.Summaries = Summarize(r.Name, out.Mode, uint64(r.Seed), m.SLO, res)
+	if err := r.addSteady(out.Summaries, res); err != nil {
 		return nil, err
 	}
-	return run, nil
+	return out, nil
 }
 
 // simulatePolicy runs one policy on the workload in a simulated cluster.
@@ -425,7 +436,11 @@ func (run *Run) WriteInto(d *results.Dir, info RunInfo, host HostInfo) error {
 	if err := results.Write(d, results.Summary, slices.Values(run.Summaries)); err != nil {
 		return err
 	}
-	if !run.written {
+	if !run.written && run.shared != nil {
+		if err := run.writeShared(d); err != nil {
+			return err
+		}
+	} else if !run.written {
 		if err := results.Write(d, results.Calls, callRowSeq(run.Results)); err != nil {
 			return err
 		}

@@ -190,6 +190,8 @@ type Sweeper struct {
 	base     *Experiment
 	files    *fileCache
 	catalogs *onceMap[catalogKey, catalogs]
+	// slots bounds the policies simulating at once, over every point: one per core.
+	slots chan struct{}
 	// last is the share of the last pass (Check or a run), for Stats.
 	mu   sync.Mutex
 	last *resolveShare
@@ -201,7 +203,8 @@ func NewSweeper(load SweepLoader) (*Sweeper, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Sweeper{base: base, files: &fileCache{}, catalogs: &onceMap[catalogKey, catalogs]{}}, nil
+	return &Sweeper{base: base, files: &fileCache{}, catalogs: &onceMap[catalogKey, catalogs]{},
+		slots: make(chan struct{}, runtime.GOMAXPROCS(0))}, nil
 }
 
 // Variant returns point p's experiment: a copy of the loaded one with p's assignments set. The
@@ -216,40 +219,59 @@ func (sw *Sweeper) Variant(p Point) (*Experiment, error) {
 	return e, nil
 }
 
-// share starts a pass over points: the sweep's files and catalogs, and a workload cache of its
-// own, which expects the points' workloads. It returns the order to visit the points in:
-// grouped by workload (in the order of each group's first point), each group in point order.
+// share starts a pass over points: the sweep's files and catalogs, and a workload cache and
+// a run cache of its own, which expect the points' workloads and run groups (sweepruns.go).
+// It returns the order to visit the points in: grouped by workload (in the order of each
+// group's first point), each group by run group (likewise), each run group in point order.
 func (sw *Sweeper) share(pts []Point) (*resolveShare, []int) {
-	sh := &resolveShare{files: sw.files, catalogs: sw.catalogs, workloads: &workloadCache{}}
+	sh := &resolveShare{files: sw.files, catalogs: sw.catalogs, workloads: &workloadCache{}, runs: &runCache{}}
 	sw.mu.Lock()
 	sw.last = sh
 	sw.mu.Unlock()
-	var groups [][]int
+	// groups[g] is a workload's run groups, each a list of points.
+	var groups [][][]int
 	at := map[workloadKey]int{}
+	type place struct{ group, run int } // a run group's workload group and place in it
+	runAt := map[string]place{}
 	for i, p := range pts {
 		e, err := sw.Variant(p)
 		if err != nil {
-			groups = append(groups, []int{i}) // fails when it runs, naming the point
+			groups = append(groups, [][]int{{i}}) // fails when it runs, naming the point
 			continue
 		}
+		rk := runGroupKey(p)
+		sh.runs.expect(rk)
 		kind := lower(e.Workload.Kind)
 		k, ok := workloadKey{}, false
 		if kind == KindMoA || kind == KindLayered || kind == KindTree || kind == KindDAG {
 			k, ok = workloadKeyOf(e, kind)
 		}
-		if !ok {
-			groups = append(groups, []int{i})
+		if ok {
+			sh.workloads.expect(k)
+		}
+		if pl, seen := runAt[rk]; seen {
+			groups[pl.group][pl.run] = append(groups[pl.group][pl.run], i)
 			continue
 		}
-		sh.workloads.expect(k)
-		if g, seen := at[k]; seen {
-			groups[g] = append(groups[g], i)
-			continue
+		g := len(groups)
+		if ok {
+			if seen, found := at[k]; found {
+				g = seen
+			} else {
+				at[k] = g
+			}
 		}
-		at[k] = len(groups)
-		groups = append(groups, []int{i})
+		if g == len(groups) {
+			groups = append(groups, nil)
+		}
+		runAt[rk] = place{g, len(groups[g])}
+		groups[g] = append(groups[g], []int{i})
 	}
-	return sh, slices.Concat(groups...)
+	var order []int
+	for _, g := range groups {
+		order = append(order, slices.Concat(g...)...)
+	}
+	return sh, order
 }
 
 // point returns p's experiment resolving through sh.
@@ -284,6 +306,9 @@ type SweepStats struct {
 	// Workloads is the number of workloads built to be shared; Reused the number of points
 	// that took one another point built.
 	Workloads, Reused int
+	// Runs is the number of the points' policy runs, Simulated the number simulated (the
+	// others took the run of a policy that runs the same simulation: sweepruns.go).
+	Runs, Simulated int
 }
 
 // Stats returns what the points of the last pass (Check or a run) shared.
@@ -295,7 +320,8 @@ func (sw *Sweeper) Stats() SweepStats {
 		return SweepStats{}
 	}
 	built, reused := sh.workloads.counts()
-	return SweepStats{Workloads: built, Reused: reused}
+	runs, simulated := sh.runs.counts()
+	return SweepStats{Workloads: built, Reused: reused, Runs: runs, Simulated: simulated}
 }
 
 // RunSweep simulates the points of the grid (a shard of it when n > 1), several at a time,
@@ -356,8 +382,9 @@ func (sw *Sweeper) RunPoints(ctx context.Context, pts []Point, dir string, info 
 	return sw.runPoints(ctx, pts, dir, info, host, progress)
 }
 
-// runPoints is RunPoints under a lock its caller holds: half as many points at a time as
-// there are cores (each runs its policies in parallel), those of one workload together.
+// runPoints is RunPoints under a lock its caller holds: twice as many points at a time as
+// there are cores, those of one workload and run group together. Their policies simulate on
+// one core each (sw.slots), and a point writes its files while others simulate.
 func (sw *Sweeper) runPoints(ctx context.Context, pts []Point, dir string, info RunInfo, host HostInfo, progress func(done, total int)) ([][]results.SummaryRow, error) {
 	sh, order := sw.share(pts)
 	rows := make([][]results.SummaryRow, len(pts))
@@ -366,7 +393,7 @@ func (sw *Sweeper) runPoints(ctx context.Context, pts []Point, dir string, info 
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	done := 0
-	for range min(max(1, runtime.GOMAXPROCS(0)/2), len(pts)) {
+	for range min(2*runtime.GOMAXPROCS(0), len(pts)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -391,6 +418,8 @@ func (sw *Sweeper) runPoints(ctx context.Context, pts []Point, dir string, info 
 }
 
 func (sw *Sweeper) runPoint(ctx context.Context, p Point, sh *resolveShare, dir string, info RunInfo, host HostInfo) ([]results.SummaryRow, error) {
+	rk := runGroupKey(p)
+	defer sh.runs.done(rk)
 	e, err := sw.point(p, sh)
 	if err != nil {
 		return nil, err
@@ -399,7 +428,7 @@ func (sw *Sweeper) runPoint(ctx context.Context, p Point, sh *resolveShare, dir 
 	if err != nil {
 		return nil, fmt.Errorf("sweep point %s: %w", p.Name, err)
 	}
-	run, err := r.Simulate(ctx, nil)
+	run, err := r.simulateShared(ctx, sh.runs, sh.runs.group(rk), sw.slots)
 	if err != nil {
 		return nil, fmt.Errorf("sweep point %s: %w", p.Name, err)
 	}

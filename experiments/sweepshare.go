@@ -42,6 +42,7 @@ type resolveShare struct {
 	files     *fileCache
 	catalogs  *onceMap[catalogKey, catalogs]
 	workloads *workloadCache
+	runs      *runCache
 }
 
 // onceMap computes each key's value once, however many goroutines ask for it together; a

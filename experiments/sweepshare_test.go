@@ -72,6 +72,25 @@ name = "mosaic"
 
 [[policy]]
 name = "online"
+
+[[policy]]
+name = "round-robin"
+label = "round-robin+skip"
+
+[[policy]]
+name = "mosaic"
+label = "mosaic+exit"
+early_exit = { agreement = 1.0, min_finished = 2 }
+
+[[policy]]
+name = "online"
+label = "online-t2/3"
+threshold = 0.6667
+
+[[policy]]
+name = "online"
+label = "online-dynamic"
+dynamic_threshold = { high = 1.0, low = 0.6667, backlog = 8, budget = 0.2 }
 `
 
 // writeSharedExp writes the experiment and its data files into a folder and returns the
@@ -95,13 +114,14 @@ func writeSharedExp(t *testing.T) string {
 	return filepath.Join(dir, "exp.toml")
 }
 
-// A sweep's points share workloads, data files and serving profiles, and each point's results
-// are byte for byte those of the same variant run alone through the plain path (Resolve,
-// Simulate, WriteDir): every point's files, and the combined summary's rows.
+// A sweep's points share workloads, data files, serving profiles and the runs of policies
+// that simulate alike, and each point's results are byte for byte those of the same variant
+// run alone through the plain path (Resolve, Simulate, WriteDir): every point's files, and the
+// combined summary's rows.
 func TestSweepSharesAndMatchesPlainRuns(t *testing.T) {
 	path := writeSharedExp(t)
 	load := func() (*experiments.Experiment, error) { return experiments.Load(path) }
-	s, err := experiments.ParseSweep([]string{"aggregation.threshold=0.6667,1.0", "cluster.workers=2,3", "seed=1,2"})
+	s, err := experiments.ParseSweep([]string{"aggregation.threshold=0.6,0.6667,0.8,1.0,2.0", "cluster.workers=2,3", "seed=1,2"})
 	require.NoError(t, err)
 	ctx := context.Background()
 	info, host := experiments.RunInfo{Version: "test"}, experiments.HostInfo{}
@@ -109,13 +129,18 @@ func TestSweepSharesAndMatchesPlainRuns(t *testing.T) {
 	sw, err := experiments.NewSweeper(load)
 	require.NoError(t, err)
 	require.NoError(t, sw.Check(s.Points()))
-	assert.Equal(t, experiments.SweepStats{Workloads: 2, Reused: 6}, sw.Stats(), "checked: one workload per seed")
+	assert.Equal(t, experiments.SweepStats{Workloads: 2, Reused: 18}, sw.Stats(), "checked: one workload per seed")
 	swept := t.TempDir()
 	require.NoError(t, sw.RunSweep(ctx, s, 1, 1, nil, swept, info, host, nil))
-	assert.Equal(t, experiments.SweepStats{Workloads: 2, Reused: 6}, sw.Stats(), "run: one workload per seed")
+	// Each of the 4 clusters and seeds (run groups) simulates, with 3 experts a query, the
+	// thresholds {0.6, 0.6667} (2:1 majorities skip), {0.8, 1.0} (unanimous ones) and 2.0
+	// (never): round-robin (2.0) once, round-robin+skip twice more (at 2.0 it is round-robin),
+	// mosaic, mosaic+exit and online three times each (online-t2/3 is online at 0.6667),
+	// online-dynamic once: 13 of the 5 x 7 policies' runs.
+	assert.Equal(t, experiments.SweepStats{Workloads: 2, Reused: 18, Runs: 20 * 7, Simulated: 4 * 13}, sw.Stats(), "run: one workload per seed")
 
 	summary := readCSV(t, filepath.Join(swept, "summary.csv"))
-	require.Len(t, summary, 1+8*3, "8 points x 3 policies")
+	require.Len(t, summary, 1+20*7, "20 points x 7 policies")
 	first := indexOf(summary[0], "experiment")
 	alone := t.TempDir()
 	row := 1

@@ -1,6 +1,7 @@
 package results
 
 import (
+	"bufio"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -92,6 +93,43 @@ func Write[R Recorder](d *Dir, t Table[R], rows iter.Seq[R]) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.replace(t.Name, func(f *os.File) error { return WriteCSVSeq(f, t.Header, rows) })
+}
+
+// AppendLines appends the CSV lines of rows to b, byte for byte as WriteCSVSeq writes them
+// (without the header): rows formatted once may then go into several files (WriteSections).
+func AppendLines[R Recorder](b []byte, rows iter.Seq[R]) []byte {
+	fields := fieldsOf[R]()
+	line := lineSink{b: b}
+	for r := range rows {
+		if fields == nil {
+			line.b = appendRecord(line.b, r.Record())
+			continue
+		}
+		line.n = 0
+		fields(r, &line)
+		line.b = append(line.b, '\n')
+	}
+	return line.b
+}
+
+// WriteSections replaces the table's file as Write does, with its header and then the lines
+// of each section (made by AppendLines) in order: the file Write writes for the rows of the
+// sections one after another.
+func WriteSections[R Recorder](d *Dir, t Table[R], sections ...[]byte) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.replace(t.Name, func(f *os.File) error {
+		bw := bufio.NewWriterSize(f, 64<<10)
+		if err := WriteCSV[R](bw, t.Header, nil); err != nil {
+			return err
+		}
+		for _, s := range sections {
+			if _, err := bw.Write(s); err != nil {
+				return err
+			}
+		}
+		return bw.Flush()
+	})
 }
 
 // replace writes name through a temporary file renamed into place; an appender open on it is

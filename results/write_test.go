@@ -5,6 +5,8 @@ import (
 	"encoding/csv"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -66,6 +68,13 @@ func check[R results.Recorder](t *testing.T, header []string, rows []R) {
 	var got bytes.Buffer
 	require.NoError(t, results.WriteCSV(&got, header, rows))
 	require.Equal(t, want.String(), got.String())
+	// AppendLines formats the same lines, in pieces.
+	head := want.String()[:strings.Index(want.String(), "\n")+1]
+	var lines []byte
+	for part := range slices.Chunk(rows, 7) {
+		lines = results.AppendLines(lines, slices.Values(part))
+	}
+	require.Equal(t, want.String(), head+string(lines))
 	// And the rows read back (but a carriage return in a quoted field, which encoding/csv's
 	// reader drops before a newline).
 	back, err := csv.NewReader(bytes.NewReader(got.Bytes())).ReadAll()
@@ -79,4 +88,25 @@ func check[R results.Recorder](t *testing.T, header []string, rows []R) {
 		}
 	}
 	require.Greater(t, checked, len(rows)/2)
+}
+
+// WriteSections writes the file Write writes for the sections' rows one after another.
+func TestWriteSectionsMatchesWrite(t *testing.T) {
+	rows := []results.WorkerRow{{Policy: "a", Worker: 1, Kind: "busy", Model: "m,1", StartS: 0.5, EndS: 1.25, MeanBatch: 3},
+		{Policy: "a", Worker: 2, Kind: "idle", StartS: 1.25, EndS: 2}, {Policy: `b "x"`, Worker: 0, Kind: "load", Model: "m", EndS: 7}}
+	whole, parts := t.TempDir(), t.TempDir()
+	d, err := results.Open(whole, "test")
+	require.NoError(t, err)
+	require.NoError(t, results.Write(d, results.Workers, slices.Values(rows)))
+	require.NoError(t, d.Close())
+	d, err = results.Open(parts, "test")
+	require.NoError(t, err)
+	require.NoError(t, results.WriteSections(d, results.Workers, results.AppendLines(nil, slices.Values(rows[:2])), nil,
+		results.AppendLines(nil, slices.Values(rows[2:]))))
+	require.NoError(t, d.Close())
+	want, err := os.ReadFile(filepath.Join(whole, "workers.csv"))
+	require.NoError(t, err)
+	got, err := os.ReadFile(filepath.Join(parts, "workers.csv"))
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(got))
 }
