@@ -43,9 +43,9 @@ type Run struct {
 	// workers.csv went into the results folder as the run went (a streamed run: Sim.Run).
 	queries int
 	written bool
-	// shared holds, for a point of a sweep, each policy's rows formatted once per run and
-	// label, where its run was shared (sweepruns.go); nil elsewhere.
-	shared []*onceMap[string, runLines]
+	// shared holds, for a point of a sweep, each policy's run where it was shared, with its
+	// rows formatted once per label (sweepruns.go); nil elsewhere.
+	shared []*sharedRun
 }
 
 // Queries is the number of queries of the workload the policies ran.
@@ -102,12 +102,13 @@ func (r *Resolved) Simulate(ctx context.Context, progress Progress) (*Run, error
 		sem <- struct{}{}
 		defer func() { <-sem }()
 		return r.simulatePolicy(ctx, p, progress)
-	})
+	}, nil)
 }
 
 // simulate runs every policy through run (given its index and the policy), each on its own
-// goroutine (run bounds how many simulate at once), and computes the summaries.
-func (r *Resolved) simulate(run func(int, ResolvedPolicy) (*policies.Result, policies.Policy, error)) (*Run, error) {
+// goroutine (run bounds how many simulate at once), and computes the summaries, with the
+// headline figures of policy i's result from summary(i, result) (nil: Result.Summary).
+func (r *Resolved) simulate(run func(int, ResolvedPolicy) (*policies.Result, policies.Policy, error), summary func(int, *policies.Result) policies.Summary) (*Run, error) {
 	m := r.Graph
 	if m == nil {
 		return nil, fmt.Errorf("%s: not a workload of call graphs (workload.kind = %q)", r.File(), r.Workload.Kind)
@@ -130,7 +131,7 @@ func (r *Resolved) simulate(run func(int, ResolvedPolicy) (*policies.Result, pol
 		}
 	}
 	out := &Run{Experiment: r, Mode: "sim", Results: res, Policies: pols}
-	out.Summaries = Summarize(r.Name, out.Mode, uint64(r.Seed), m.SLO, res)
+	out.Summaries = summarize(r.Name, out.Mode, uint64(r.Seed), m.SLO, res, summary)
 	if err := r.addSteady(out.Summaries, res); err != nil {
 		return nil, err
 	}
@@ -180,9 +181,21 @@ func (r *Resolved) RunPolicy(ctx context.Context, be policies.Backend, p Resolve
 // Summarize turns results into summary rows with speedups over the first result; slo sets
 // the attainment and goodput columns (NaN when it bounds nothing).
 func Summarize(experiment, mode string, seed uint64, slo policies.SLO, measured []*policies.Result) []results.SummaryRow {
+	return summarize(experiment, mode, seed, slo, measured, nil)
+}
+
+// summarize is Summarize with result i's headline figures from summary(i, result) (nil:
+// Result.Summary).
+func summarize(experiment, mode string, seed uint64, slo policies.SLO, measured []*policies.Result, summary func(int, *policies.Result) policies.Summary) []results.SummaryRow {
 	rows := make([]results.SummaryRow, 0, len(measured))
-	for _, res := range measured {
-		rows = append(rows, summaryRow(experiment, mode, seed, slo, res))
+	for i, res := range measured {
+		var s policies.Summary
+		if summary != nil {
+			s = summary(i, res)
+		} else {
+			s = res.Summary()
+		}
+		rows = append(rows, summaryRowOf(experiment, mode, seed, slo, res, s))
 	}
 	results.SetSpeedups(rows)
 	return rows
@@ -190,7 +203,11 @@ func Summarize(experiment, mode string, seed uint64, slo policies.SLO, measured 
 
 // summaryRow is the summary.csv row of one result, its speedups left for results.SetSpeedups.
 func summaryRow(experiment, mode string, seed uint64, slo policies.SLO, res *policies.Result) results.SummaryRow {
-	s := res.Summary()
+	return summaryRowOf(experiment, mode, seed, slo, res, res.Summary())
+}
+
+// summaryRowOf is summaryRow with the result's headline figures s (res.Summary()).
+func summaryRowOf(experiment, mode string, seed uint64, slo policies.SLO, res *policies.Result, s policies.Summary) results.SummaryRow {
 	row := results.SummaryRow{
 		Experiment: experiment, Mode: mode, Policy: res.Policy, Seed: seed, Rule: res.Rule, Threshold: res.Threshold,
 		Queries: s.Queries, ExpertCalls: s.ExpertCalls, AggregatorCalls: s.AggregatorCalls,

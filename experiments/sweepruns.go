@@ -74,17 +74,19 @@ type runCache struct {
 // runGroup is the runs of one group, by runKey.
 type runGroup struct {
 	pending int // points expected that have not finished
-	runs    onceMap[string, sharedRun]
+	runs    onceMap[string, *sharedRun]
 }
 
-// sharedRun is one simulated run of a policy and the rule it ran under, with its rows of
+// sharedRun is one simulated run of a policy and the rule it ran under, with its headline
+// figures (Result.Summary, which the label and rule do not change) and its rows of
 // calls.csv, queries.csv and workers.csv formatted under each label that took it (the rows
 // depend on the run, the label and the workload and SLO, which a run group shares).
 type sharedRun struct {
-	res   *policies.Result
-	pol   policies.Policy
-	rule  policies.Rule
-	lines *onceMap[string, runLines]
+	res     *policies.Result
+	pol     policies.Policy
+	rule    policies.Rule
+	summary func() policies.Summary
+	lines   *onceMap[string, runLines]
 }
 
 // runLines are a policy's lines of calls.csv, queries.csv and workers.csv
@@ -106,7 +108,7 @@ func (run *Run) lines(i int) runLines {
 		l, _ := format()
 		return l
 	}
-	l, _ := run.shared[i].get(run.Results[i].Policy, format)
+	l, _ := run.shared[i].lines.get(run.Results[i].Policy, format)
 	return l
 }
 
@@ -175,30 +177,41 @@ func (r *Resolved) simulateShared(ctx context.Context, c *runCache, g *runGroup,
 			slots <- struct{}{}
 			defer func() { <-slots }()
 			return r.simulatePolicy(ctx, p, nil)
-		})
+		}, nil)
 	}
 	k := maxGateInputs(r.Graph.Workload)
-	shared := make([]*onceMap[string, runLines], len(r.Graph.Policies))
+	shared := make([]*sharedRun, len(r.Graph.Policies))
 	run, err := r.simulate(func(i int, p ResolvedPolicy) (*policies.Result, policies.Policy, error) {
 		c.runs.Add(1)
-		sim := func() (sharedRun, error) {
+		sim := func() (*sharedRun, error) {
 			slots <- struct{}{}
 			defer func() { <-slots }()
 			c.simulated.Add(1)
 			res, pol, err := r.simulatePolicy(ctx, p, nil)
-			return sharedRun{res, pol, p.Rule, &onceMap[string, runLines]{}}, err
+			if err != nil {
+				return nil, err
+			}
+			return &sharedRun{res: res, pol: pol, rule: p.Rule, summary: sync.OnceValue(res.Summary), lines: &onceMap[string, runLines]{}}, nil
 		}
 		key, ok := runKey(r.Experiment.Policies[i], p.Rule, k)
 		if !ok {
 			s, err := sim()
-			return s.res, s.pol, err
+			if err != nil {
+				return nil, nil, err
+			}
+			return s.res, s.pol, nil
 		}
 		s, err := g.runs.get(key, sim)
 		if err != nil {
 			return nil, nil, err
 		}
-		shared[i] = s.lines
+		shared[i] = s
 		return s.as(p), s.pol, nil
+	}, func(i int, res *policies.Result) policies.Summary {
+		if shared[i] == nil {
+			return res.Summary()
+		}
+		return shared[i].summary()
 	})
 	if err != nil {
 		return nil, err
@@ -210,7 +223,7 @@ func (r *Resolved) simulateShared(ctx context.Context, c *runCache, g *runGroup,
 // as is the run's Result as policy p's: its label, its rule's name (with the early exit and
 // overlap the Driver appends, the same in both) and threshold, as the Driver would have set
 // them.
-func (s sharedRun) as(p ResolvedPolicy) *policies.Result {
+func (s *sharedRun) as(p ResolvedPolicy) *policies.Result {
 	res := *s.res
 	res.Policy = p.Label
 	res.Rule = p.Rule.Name() + strings.TrimPrefix(s.res.Rule, s.rule.Name())
