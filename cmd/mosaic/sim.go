@@ -155,8 +155,9 @@ func runSweep(pos []string, seed string, sets, sweeps []string, shardFlag, outDi
 		}
 	}
 	// A sweep allocates fast over a small live heap (the runs of the few points in flight):
-	// at the collector's default pace (GOGC=100) it spent about a tenth more CPU than with
-	// the heap let grow to three times what is live. GOGC, when set, says otherwise.
+	// at the collector's default pace (GOGC=100) it spent some 14% more CPU than with the
+	// heap let grow to three times what is live (docs/performance.md, Sweeps). GOGC, when
+	// set, says otherwise.
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(200)
 	}
