@@ -170,7 +170,9 @@ func (c *runCache) counts() (runs, simulated int) {
 // another policy of the group ran the same simulation, else simulated (holding one of slots
 // meanwhile) and kept in g for the others. g nil shares nothing.
 func (r *Resolved) simulateShared(ctx context.Context, c *runCache, g *runGroup, slots chan struct{}) (*Run, error) {
-	if r.Graph == nil || g == nil {
+	// A policy's table is the experiment's of the same index: every policy of the file, none
+	// left out (SelectPolicies).
+	if r.Graph == nil || g == nil || len(r.Graph.Policies) != len(r.Experiment.Policies) {
 		return r.simulate(func(_ int, p ResolvedPolicy) (*policies.Result, policies.Policy, error) {
 			c.runs.Add(1)
 			c.simulated.Add(1)
