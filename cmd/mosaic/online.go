@@ -91,11 +91,8 @@ its latency against load. Without arguments: the three paper experiments and the
 	if err := experiments.WriteOnlineTable(&b, table); err != nil {
 		return err
 	}
-	if *out != "" {
-		if err := os.WriteFile(*out, b.Bytes(), 0o644); err != nil {
-			return err
-		}
-		slog.Info("table written", "file", *out)
+	if err := saveTable(*out, b.Bytes()); err != nil {
+		return err
 	}
 	_, err = stdout.Write(b.Bytes())
 	return err

@@ -71,11 +71,8 @@ are. Without arguments: the three experiments of experiments/paper/.`)
 	if err := experiments.PaperTable(&b, figs); err != nil {
 		return err
 	}
-	if *out != "" {
-		if err := os.WriteFile(*out, b.Bytes(), 0o644); err != nil {
-			return err
-		}
-		slog.Info("table written", "file", *out)
+	if err := saveTable(*out, b.Bytes()); err != nil {
+		return err
 	}
 	if len(dirs) > 0 && len(pos) > 0 && strings.HasSuffix(pos[0], ".toml") {
 		var c bytes.Buffer
@@ -90,6 +87,18 @@ are. Without arguments: the three experiments of experiments/paper/.`)
 	}
 	_, err = stdout.Write(b.Bytes())
 	return err
+}
+
+// saveTable writes a command's table (markdown) to path, as its -o asks ("": nowhere).
+func saveTable(path string, table []byte) error {
+	if path == "" {
+		return nil
+	}
+	if err := os.WriteFile(path, table, 0o644); err != nil {
+		return err
+	}
+	slog.Info("table written", "file", path)
+	return nil
 }
 
 // paperInputs checks --seeds and defaults the positional arguments to the paper's experiment
