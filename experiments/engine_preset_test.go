@@ -59,9 +59,10 @@ func TestEnginePresets(t *testing.T) {
 	}{
 		// vLLM 0.6 without chunked prefill: the budget is the model's length.
 		{"vllm-0.6", "A100-80GB", `preset = "vllm-0.6"`, "qwen2.5-7b", false, false, 32768, 256, 0.10416},
-		// vLLM V1 picks larger defaults on 80 GB GPUs that are not A100s.
-		{"vllm-v1 on A100", "A100-80GB", `preset = "vllm-v1"`, "qwen2.5-7b", true, true, 2048, 256, sim.DefaultProfile().Default.PerSeqOverheadMS},
-		{"vllm-v1 on H100", "H100-80GB", `preset = "vllm-v1"`, "qwen2.5-7b", true, true, 8192, 1024, sim.DefaultProfile().Default.PerSeqOverheadMS},
+		// vLLM V1 picks larger defaults on 80 GB GPUs that are not A100s; its serving fit has
+		// no per-sequence overhead.
+		{"vllm-v1 on A100", "A100-80GB", `preset = "vllm-v1"`, "qwen2.5-7b", true, true, 2048, 256, 0},
+		{"vllm-v1 on H100", "H100-80GB", `preset = "vllm-v1"`, "qwen2.5-7b", true, true, 8192, 1024, 0},
 		// Explicit keys override the preset.
 		{"overrides", "H100-80GB", "preset = \"vllm-v1\"\nmax_num_seqs = 64\nprefix_caching = false\nper_seq_overhead_ms = 0.05", "qwen2.5-7b", true, false, 8192, 64, 0.05},
 		{"override without preset", "H100-80GB", "per_seq_overhead_ms = 0.02\nchunked_prefill = false\nmax_batched_tokens = 32768", "qwen2.5-7b", false, false, 32768, 256, 0.02},

@@ -21,9 +21,13 @@ type GPU struct {
 	Aliases    []string `toml:"aliases"`
 	Vendor     string   `toml:"vendor"`
 	PeakTFLOPs float64  `toml:"peak_tflops"` // dense BF16 tensor throughput, 10^12 FLOP/s
-	HBMGBps    float64  `toml:"hbm_gbps"`    // memory bandwidth, 10^9 B/s
-	MemoryGiB  float64  `toml:"memory_gib"`  // device memory, GiB
-	MeasuredAs []string `toml:"measured_as"` // hardware labels used by public benchmark files
+	// PeakTFLOPsFP8 is the dense FP8 tensor throughput, 10^12 FLOP/s, used for the linear
+	// layers of models whose weights are FP8 (dtype_bytes = 1); 0: the GPU has no FP8 tensor
+	// cores and such a model's matrix multiplications run at PeakTFLOPs.
+	PeakTFLOPsFP8 float64  `toml:"peak_tflops_fp8"`
+	HBMGBps       float64  `toml:"hbm_gbps"`    // memory bandwidth, 10^9 B/s
+	MemoryGiB     float64  `toml:"memory_gib"`  // device memory, GiB
+	MeasuredAs    []string `toml:"measured_as"` // hardware labels used by public benchmark files
 	// MeasuredUnit is how many of these devices one unit of a measured_as label counts (an
 	// MI250 card holds two GCDs, each its own device); 0 means 1.
 	MeasuredUnit int `toml:"measured_unit"`
@@ -37,6 +41,15 @@ type GPU struct {
 	// LinkGBps is the interconnect's bandwidth in one direction, 10^9 B/s: per GPU for
 	// "switch" and "pcie", per peer link for "mesh".
 	LinkGBps float64 `toml:"link_gbps"`
+}
+
+// LinearPeakTFLOPs is the dense tensor throughput the linear layers of m reach on g: the FP8
+// peak for FP8 weights where g has one, PeakTFLOPs otherwise.
+func (g *GPU) LinearPeakTFLOPs(m *Model) float64 {
+	if m.DtypeBytes == 1 && g.PeakTFLOPsFP8 > 0 {
+		return g.PeakTFLOPsFP8
+	}
+	return g.PeakTFLOPs
 }
 
 // MemoryBytes is the device memory in bytes.
@@ -60,20 +73,23 @@ func (g *GPU) CollectiveGBps(tp int) float64 {
 
 // Model is a decoder-only transformer's architecture, as published in its config.json.
 type Model struct {
-	ID             string   `toml:"id"` // Hugging Face id
-	Aliases        []string `toml:"aliases"`
-	Layers         int      `toml:"layers"`
-	Hidden         int      `toml:"hidden"`
-	Heads          int      `toml:"heads"`
-	KVHeads        int      `toml:"kv_heads"`
-	HeadDim        int      `toml:"head_dim"`
-	Intermediate   int      `toml:"intermediate"`
-	Vocab          int      `toml:"vocab"`
-	DtypeBytes     int      `toml:"dtype_bytes"`
-	ParamsB        float64  `toml:"params_b"` // total parameters, billions
-	MaxModelLen    int      `toml:"max_model_len"`
-	TiedEmbeddings bool     `toml:"tied_embeddings"`
-	Reasoning      bool     `toml:"reasoning"` // emits long chains of thought
+	ID           string   `toml:"id"` // Hugging Face id
+	Aliases      []string `toml:"aliases"`
+	Layers       int      `toml:"layers"`
+	Hidden       int      `toml:"hidden"`
+	Heads        int      `toml:"heads"`
+	KVHeads      int      `toml:"kv_heads"`
+	HeadDim      int      `toml:"head_dim"`
+	Intermediate int      `toml:"intermediate"`
+	Vocab        int      `toml:"vocab"`
+	DtypeBytes   int      `toml:"dtype_bytes"` // bytes per weight (2: BF16/FP16, 1: FP8)
+	// KVDtypeBytes is the bytes per element of the KV cache (vLLM's --kv-cache-dtype); 0: the
+	// activations' precision, max(dtype_bytes, 2) (vLLM's "auto": BF16 for FP8 weights too).
+	KVDtypeBytes   int     `toml:"kv_dtype_bytes"`
+	ParamsB        float64 `toml:"params_b"` // total parameters, billions
+	MaxModelLen    int     `toml:"max_model_len"`
+	TiedEmbeddings bool    `toml:"tied_embeddings"`
+	Reasoning      bool    `toml:"reasoning"` // emits long chains of thought
 
 	// Experts is the number of MLP experts of a mixture-of-experts model (0 or 1: a dense
 	// model); Intermediate is then the intermediate size of one expert.
@@ -89,8 +105,22 @@ func (m *Model) WeightBytes() float64 { return m.ParamsB * 1e9 * float64(m.Dtype
 
 // KVBytesPerToken is the KV-cache footprint of one token: keys and values of every layer.
 func (m *Model) KVBytesPerToken() float64 {
-	return float64(2 * m.Layers * m.KVHeads * m.HeadDim * m.DtypeBytes)
+	return float64(2 * m.Layers * m.KVHeads * m.HeadDim * m.KVBytes())
 }
+
+// KVBytes is the bytes per element of the KV cache: KVDtypeBytes, or when unset the
+// activations' (vLLM's --kv-cache-dtype auto: the model's dtype, BF16 for FP8 weights).
+func (m *Model) KVBytes() int {
+	if m.KVDtypeBytes > 0 {
+		return m.KVDtypeBytes
+	}
+	return m.activationBytes()
+}
+
+// activationBytes is the bytes per element of the activations: the weights' precision, but
+// at least 2 (a model with FP8 weights multiplies FP8 inputs and keeps BF16 activations
+// between its layers and in its all-reduces).
+func (m *Model) activationBytes() int { return max(m.DtypeBytes, 2) }
 
 // MoE reports whether the model is a mixture of experts.
 func (m *Model) MoE() bool { return m.Experts > 1 }
@@ -158,6 +188,8 @@ func (m *Model) validate() error {
 	case m.Layers <= 0, m.Hidden <= 0, m.Heads <= 0, m.KVHeads <= 0, m.HeadDim <= 0,
 		m.Intermediate <= 0, m.Vocab <= 0, m.DtypeBytes <= 0, m.ParamsB <= 0, m.MaxModelLen <= 0:
 		return fmt.Errorf("model %q: layers, hidden, heads, kv_heads, head_dim, intermediate, vocab, dtype_bytes, params_b and max_model_len must all be positive", m.ID)
+	case m.KVDtypeBytes < 0:
+		return fmt.Errorf("model %q: kv_dtype_bytes must not be negative (0: dtype_bytes), got %d", m.ID, m.KVDtypeBytes)
 	case m.Heads%m.KVHeads != 0:
 		return fmt.Errorf("model %q: heads (%d) must be a multiple of kv_heads (%d)", m.ID, m.Heads, m.KVHeads)
 	case m.Experts < 0 || m.ExpertsPerToken < 0:
@@ -176,6 +208,9 @@ func (g *GPU) validate() error {
 	}
 	if g.PeakTFLOPs <= 0 || g.HBMGBps <= 0 || g.MemoryGiB <= 0 {
 		return fmt.Errorf("gpu %q: peak_tflops, hbm_gbps and memory_gib must be positive", g.Name)
+	}
+	if !(g.PeakTFLOPsFP8 >= 0) || math.IsInf(g.PeakTFLOPsFP8, 0) {
+		return fmt.Errorf("gpu %q: peak_tflops_fp8 must be a non-negative number (0: no FP8 tensor cores), got %g", g.Name, g.PeakTFLOPsFP8)
 	}
 	if g.MeasuredUnit < 0 {
 		return fmt.Errorf("gpu %q: measured_unit must not be negative, got %d", g.Name, g.MeasuredUnit)

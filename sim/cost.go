@@ -148,19 +148,22 @@ type Batch struct {
 // the shards, plus overheads:
 //
 //	T = o_iter + o_seq * Seqs
-//	  + max( F_lin / (TP * P * e_c),  W(Tokens) / (TP * B * e_m) )   linear layers and LM head
+//	  + max( F_lin / (TP * P_lin * e_c),  W(Tokens) / (TP * B * e_m) )   linear layers and LM head
 //	  + layers * l                                                   fixed time per layer
 //	  + max( F_att / (TP * P * e_ac), K / (B * e_a) )                attention over the KV cache
 //	  + [TP > 1] 2 * layers * ( a_ar + 2(TP-1) * a_hop
-//	                          + 2(TP-1)/TP * Tokens * hidden * dtype_bytes / (L(TP) * e_l) )
+//	                          + 2(TP-1)/TP * Tokens * hidden * act_bytes / (L(TP) * e_l) )
 //
 // with, in SI units (seconds, FLOP, bytes):
 //
 //	F_lin = 2 * N_act * Tokens + 2 * hidden * vocab * Sampled          FLOP
 //	W     = (N_att + X(Tokens) * N_exp + hidden*vocab) * dtype_bytes   bytes of weights streamed
 //	F_att = 4 * layers * heads * head_dim * AttentionPairs             FLOP (QK^T and AV)
-//	K     = 2 * layers * kv_heads_per_gpu * head_dim * dtype_bytes * KVTokens   bytes of KV cache
+//	K     = 2 * layers * kv_heads_per_gpu * head_dim * kv_bytes * KVTokens   bytes of KV cache
 //	P     = peak dense FLOP/s of one GPU,  B = its HBM bytes/s,  L(TP) = GPU.CollectiveGBps(TP)
+//	P_lin = its FP8 peak for FP8 weights (dtype_bytes = 1) where it has one, P otherwise
+//	kv_bytes = the KV cache's bytes per element (kv_dtype_bytes, else act_bytes)
+//	act_bytes = max(dtype_bytes, 2): FP8 models keep BF16 activations
 //
 // where N_att is the number of weights of the attention projections and N_exp of one gated MLP
 // (summed over layers), N_act = N_att + k * N_exp the weights a token is multiplied by (k
@@ -270,7 +273,7 @@ func NewCostModel(m *Model, g *GPU, c Coefficients, opts ...CostOption) (*CostMo
 		TP:              o.tp,
 		flopsPerToken:   2 * m.activeLinearParams(),
 		flopsPerSample:  2 * lmHead,
-		linComputeScale: 1 / (peak * c.ComputeEfficiency * tp),
+		linComputeScale: 1 / (g.LinearPeakTFLOPs(m) * 1e12 * c.ComputeEfficiency * tp),
 		attPerPair:      4 * float64(m.Layers*(m.Heads/o.tp)*m.HeadDim) / (peak * attCompute),
 		attPerKVToken:   kvBytesPerTokenPerGPU(m, o.tp) / (bw * c.AttentionEfficiency),
 		fixed:           c.IterationOverheadMS / 1e3,
@@ -291,7 +294,7 @@ func NewCostModel(m *Model, g *GPU, c Coefficients, opts ...CostOption) (*CostMo
 		steps := 2 * (tp - 1)
 		allReduces := 2 * float64(m.Layers)
 		cm.allReduceFixed = allReduces * (c.AllReduceUS + steps*c.AllReduceHopUS) / 1e6
-		cm.allReducePerToken = allReduces * steps / tp * float64(m.Hidden*m.DtypeBytes) /
+		cm.allReducePerToken = allReduces * steps / tp * float64(m.Hidden*m.activationBytes()) /
 			(g.CollectiveGBps(o.tp) * 1e9 * c.LinkEfficiency)
 	}
 	return cm, nil
@@ -302,7 +305,7 @@ func kvHeadsPerGPU(m *Model, tp int) int { return max(m.KVHeads/tp, 1) }
 
 // kvBytesPerTokenPerGPU is the KV-cache footprint of one token on one GPU of a tp group.
 func kvBytesPerTokenPerGPU(m *Model, tp int) float64 {
-	return float64(2 * m.Layers * kvHeadsPerGPU(m, tp) * m.HeadDim * m.DtypeBytes)
+	return float64(2 * m.Layers * kvHeadsPerGPU(m, tp) * m.HeadDim * m.KVBytes())
 }
 
 // LinearWork returns the FLOPs per token of the transformer blocks' linear layers (2 * N_act,
@@ -452,10 +455,10 @@ func (c *CostModel) LoadTime() time.Duration {
 // activationBytesPerToken approximates the activation memory one token of the engine's token
 // budget needs at peak on one GPU of a tp group during the memory-profiling forward pass: the
 // gated MLP's gate, up and activated tensors (of the k experts a token visits, split over the
-// group) plus a few hidden-size buffers, in the model's precision.
+// group) plus a few hidden-size buffers, in the activations' precision.
 func activationBytesPerToken(m *Model, tp int) float64 {
 	_, k := m.experts()
-	return float64((3*m.Intermediate*k/tp + 4*m.Hidden) * m.DtypeBytes)
+	return float64((3*m.Intermediate*k/tp + 4*m.Hidden) * m.activationBytes())
 }
 
 // WeightBytesPerGPU is the size of the weights one GPU of the group holds: 1/TP of the model,

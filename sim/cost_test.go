@@ -2,6 +2,8 @@ package sim_test
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -241,4 +243,57 @@ func TestCatalogModelsRunWithTP(t *testing.T) {
 	require.NoError(t, err)
 	_, err = cm.KVBlocks(0.9, 8192, 16)
 	require.ErrorContains(t, err, "2 x H100-80GB")
+}
+
+// FP8 weights stream half the bytes and multiply at the GPU's FP8 peak; the KV cache stays
+// BF16 unless kv_dtype_bytes says FP8, which halves the bytes attention reads and the cache
+// holds per token; a GPU without an FP8 peak runs FP8 weights at its BF16 peak.
+func TestFP8Precisions(t *testing.T) {
+	cat := sim.DefaultCatalog()
+	h100, err := cat.GPU("H100-80GB")
+	require.NoError(t, err)
+	a100, err := cat.GPU("A100-80GB")
+	require.NoError(t, err)
+	bf16, err := cat.Model("llama-3-8b")
+	require.NoError(t, err)
+	fp8 := *bf16
+	fp8.DtypeBytes = 1
+	fp8kv := fp8
+	fp8kv.KVDtypeBytes = 1
+	assert.Equal(t, 2*fp8kv.KVBytesPerToken(), fp8.KVBytesPerToken(), "kv_dtype_bytes 0: BF16, as vLLM's auto")
+	assert.Equal(t, 1979.0, h100.LinearPeakTFLOPs(&fp8))
+	assert.Equal(t, h100.PeakTFLOPs, h100.LinearPeakTFLOPs(bf16))
+	assert.Equal(t, a100.PeakTFLOPs, a100.LinearPeakTFLOPs(&fp8), "no FP8 tensor cores")
+
+	coef := sim.DefaultProfile().For(h100)
+	coef.IterationOverheadMS, coef.PerSeqOverheadMS = 0, 0
+	cost := func(m *sim.Model, b sim.Batch) (lin float64) {
+		cm, err := sim.NewCostModel(m, h100, coef)
+		require.NoError(t, err)
+		lin, _, _ = cm.LinearParts(b)
+		return lin - float64(m.Layers)*coef.LayerLatencyUS/1e6 // the roofline part
+	}
+	decode := sim.Batch{Tokens: 1, Seqs: 1, Sampled: 1, AttentionPairs: 1, KVTokens: 1}
+	prefill := sim.Batch{Tokens: 8192, Seqs: 1, Sampled: 1, AttentionPairs: 1, KVTokens: 1}
+	assert.InDelta(t, cost(bf16, decode)/2, cost(&fp8, decode), 1e-12, "a decode step reads half the bytes")
+	assert.InDelta(t, cost(bf16, prefill)*989/1979, cost(&fp8, prefill), 1e-12, "a long prefill runs at the FP8 peak")
+
+	big := sim.Batch{Tokens: 1, Seqs: 1, Sampled: 1, AttentionPairs: 1e6, KVTokens: 1e6}
+	gpu := func(m *sim.Model) float64 {
+		cm, err := sim.NewCostModel(m, h100, coef)
+		require.NoError(t, err)
+		return cm.IterationSeconds(big) - cm.IterationSeconds(decode)
+	}
+	assert.InDelta(t, gpu(&fp8)/2, gpu(&fp8kv), 1e-9, "attention over an FP8 cache reads half the bytes")
+
+	dir := t.TempDir()
+	for _, tc := range []struct{ body, want string }{
+		{"[[model]]\nid = \"m\"\nlayers = 1\nhidden = 8\nheads = 1\nkv_heads = 1\nhead_dim = 8\nintermediate = 8\nvocab = 8\ndtype_bytes = 1\nkv_dtype_bytes = -1\nparams_b = 1\nmax_model_len = 8\n",
+			`model "m": kv_dtype_bytes must not be negative`},
+		{"[[gpu]]\nname = \"g\"\npeak_tflops = 1\npeak_tflops_fp8 = -2\nhbm_gbps = 1\nmemory_gib = 1\n", `gpu "g": peak_tflops_fp8 must be a non-negative number`},
+	} {
+		path := filepath.Join(dir, "c.toml")
+		require.NoError(t, os.WriteFile(path, []byte(tc.body), 0o644))
+		assert.ErrorContains(t, sim.DefaultCatalog().AddFile(path), tc.want)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,17 +26,19 @@ var calibrateSubcommands = []struct{ name, flag, form, summary string }{
 	{"splitwise", "splitwise", "splitwise FILE", "fit Splitwise's iteration times per GPU leaving one tensor-parallel degree out at a time (or the --holdout rows) and print the held-out errors"},
 	{"cpu", "cpu-overheads", "cpu FILE", "fit engine CPU overheads to Vidur's CPU-overhead profile; predicted decode throughput at batch 1-256 with them, the profile's and none"},
 	{"forward", "forward", "forward FILE...", "compare the cost model's GPU part with forward-pass profiles (tools/profile_forward.py); --fit fits the GPU's efficiencies first"},
+	{"serving", "", "serving FILE", "fit an engine's CPU overheads to published steady-state serving runs (time per output token at N in flight); held-out errors; decode throughput at batch 64-512"},
 }
 
 // calibrateArgs are the flags and files of one mosaic calibrate run.
 type calibrateArgs struct {
-	mode   string   // data, splitwise, cpu or forward
+	mode   string   // data, splitwise, cpu, forward or serving
 	files  []string // the input files: one, or forward's one or more
 	legacy bool     // given in the deprecated flag form
 
 	framework, gpus, gpu, holdout, out, profile, catalog string
 	models, operators, fitOnly, fitAlso                  multiFlag
 	tp, context                                          int
+	inputScale                                           float64
 	fit, keepDefault                                     bool
 	given                                                map[string]bool // the flags given
 
@@ -51,10 +54,10 @@ func runCalibrate(args []string, stdout io.Writer) error {
 				return runCalibrateSubcommand(s.name, args[1:], stdout)
 			}
 		}
-		return fmt.Errorf("%w: unknown subcommand %q (data, splitwise, cpu, forward)", errUsage, args[0])
+		return fmt.Errorf("%w: unknown subcommand %q (data, splitwise, cpu, forward, serving)", errUsage, args[0])
 	}
 	if len(args) == 0 {
-		return fmt.Errorf("%w: name a subcommand: data, splitwise, cpu or forward (in the deprecated flag form, --data FILE is required, or one of --splitwise, --forward, --cpu-overheads)", errUsage)
+		return fmt.Errorf("%w: name a subcommand: data, splitwise, cpu, forward or serving (in the deprecated flag form, --data FILE is required, or one of --splitwise, --forward, --cpu-overheads)", errUsage)
 	}
 	a, err := parseLegacyCalibrate(args)
 	if err != nil || parseOnly {
@@ -75,7 +78,8 @@ func calibrateUsage(w io.Writer) {
 		"  mosaic calibrate data --data ../shared/data/profiles/argonne_inference_bench_no_h100.csv --gpus 2,4,8 --gpu MI300X --fit --holdout tp=8\n"+
 		"  mosaic calibrate splitwise ../shared/data/profiles/splitwise_perf_model.csv --holdout tp=8\n"+
 		"  mosaic calibrate cpu ../shared/data/profiles/vidur/a100__cpu_overheads.csv --gpu H200\n"+
-		"  mosaic calibrate forward tools/measurements/h200_llama-3-8b.csv --gpu H200")
+		"  mosaic calibrate forward tools/measurements/h200_llama-3-8b.csv --gpu H200\n"+
+		"  mosaic calibrate serving tools/measurements/vllm-v1-serving.csv")
 }
 
 // calibrateSubcommandUsage is each subcommand's usage line and examples, before its flags.
@@ -92,6 +96,13 @@ var calibrateSubcommandUsage = map[string]string{
 		"Fit engine CPU overheads per iteration and per sequence to Vidur's CPU-overhead profile FILE and print the predicted\n" +
 		"decode throughput at batch 1-256 with them, with the profile's and with none.\n\nexample:\n" +
 		"  mosaic calibrate cpu ../shared/data/profiles/vidur/a100__cpu_overheads.csv --gpu H200",
+	"serving": "usage: mosaic calibrate serving FILE [--input-scale X] [--gpu NAME] [--model M] [--context C]\n\n" +
+		"Fit an engine's CPU overheads per iteration and per sequence to published steady-state serving runs (CSV: one engine\n" +
+		"replica's sequences in flight, prompt rate, mean lengths and measured time per output token), the GPU part from the\n" +
+		"profile; print each run's prediction with the profile's overheads, the fit and a fit without the run (held out), then\n" +
+		"the decode throughput of --model on --gpu at batch 64-512 with the profile's overheads, the fit and none.\n\nexample:\n" +
+		"  mosaic calibrate serving tools/measurements/vllm-v1-serving.csv\n" +
+		"  mosaic calibrate serving tools/measurements/vllm-v1-serving.csv --input-scale 1.3   # the assumed prompt lengths x 1.3",
 	"forward": "usage: mosaic calibrate forward FILE [FILE2...] --gpu NAME [--model M] [--tp N] [--fit [--fit-also layer_latency_us] [--holdout model=llama-3-70b] [-o profile.toml]]\n\n" +
 		"Compare the cost model's GPU time with forward-pass profiles (CSV written by tools/profile_forward.py).\n\nexample:\n" +
 		"  mosaic calibrate forward tools/measurements/h200_llama-3-8b.csv tools/measurements/h200_llama-3-70b_tp8.csv --gpu H200 --fit",
@@ -107,20 +118,25 @@ func calibrateFlags(fs *flag.FlagSet, mode string, a *calibrateArgs) {
 		fs.Var(&a.operators, "operators", "operator-level profile (Vidur *__mlp.csv.gz) that pins the fitted GPU's compute efficiency (repeatable)")
 	}
 	gpuUsage := map[string]string{"data": "simulate on this catalog GPU, keeping only rows of its hardware", "cpu": "predict on this catalog GPU only (default: A100-80GB and H100-80GB)",
+		"serving": "the catalog GPU whose decode throughput is tabled (default H100-80GB)",
 		"forward": "the catalog GPU the profiles were measured on (required)"}
 	if all || gpuUsage[mode] != "" {
 		fs.StringVar(&a.gpu, "gpu", "", gpuUsage[mode])
 	}
 	modelUsage := map[string]string{"cpu": "the model whose decode steps are predicted (default " + calibrate.DefaultDecodeModel + ")",
+		"serving": "the model whose decode throughput is tabled (default " + calibrate.DefaultDecodeModel + ")",
 		"forward": "the catalog model of every point (default: each file's model column)"}[mode]
 	fs.Var(&a.models, "model", orDefault(modelUsage, "keep only this model (catalog id or alias; repeatable)"))
 	if all || mode == "forward" {
 		fs.IntVar(&a.tp, "tp", 0, "the tensor-parallel degree whose one-GPU shard the profiles measured (default: each file's tp column, else 1)")
 	}
-	if all || mode == "cpu" {
+	if all || mode == "cpu" || mode == "serving" {
 		fs.IntVar(&a.context, "context", 1024, "the context (cached tokens) of every decoding sequence")
 	}
-	if all || mode != "cpu" {
+	if mode == "serving" {
+		fs.Float64Var(&a.inputScale, "input-scale", 1, "multiply every row's mean prompt length by this (the lengths are assumptions where the runs do not publish them)")
+	}
+	if all || (mode != "cpu" && mode != "serving") {
 		calibrateFitFlags(fs, mode, a)
 	}
 	if all || mode == "data" {
@@ -211,6 +227,9 @@ func parseLegacyCalibrate(args []string) (*calibrateArgs, error) {
 	fs := newFlagSet("calibrate", flag.ContinueOnError)
 	files := map[string]*multiFlag{}
 	for _, s := range calibrateSubcommands {
+		if s.flag == "" {
+			continue // no deprecated flag form
+		}
 		files[s.name] = &multiFlag{}
 		fs.Var(files[s.name], s.flag, "deprecated: mosaic calibrate "+s.form)
 	}
@@ -225,6 +244,9 @@ func parseLegacyCalibrate(args []string) (*calibrateArgs, error) {
 	}
 	modes, form := 0, ""
 	for _, s := range calibrateSubcommands {
+		if files[s.name] == nil {
+			continue
+		}
 		f := *files[s.name]
 		if s.name != "forward" && len(f) > 0 {
 			f = f[len(f)-1:] // the others were string flags: the last value counts
@@ -274,7 +296,10 @@ func (a *calibrateArgs) check() error {
 	if a.tp < 0 || (a.given["tp"] && a.tp == 0) {
 		return fmt.Errorf("%w: --tp must be positive, got %d", errUsage, a.tp)
 	}
-	if !a.legacy && a.mode == "cpu" && a.context < 1 {
+	if a.mode == "serving" && !(a.inputScale > 0) {
+		return fmt.Errorf("%w: --input-scale must be positive, got %g", errUsage, a.inputScale)
+	}
+	if !a.legacy && (a.mode == "cpu" || a.mode == "serving") && a.context < 1 {
 		return fmt.Errorf("%w: --context must be positive, got %d", errUsage, a.context)
 	}
 	if a.legacy || a.mode == "data" {
@@ -331,6 +356,8 @@ func (a *calibrateArgs) run(stdout io.Writer) error {
 			return fmt.Errorf("%w: --context must be positive, got %d", errUsage, a.context)
 		}
 		err = calibrateCPU(stdout, a, cat, prof)
+	case "serving":
+		err = calibrateServing(stdout, a, cat, prof)
 	default:
 		err = calibrateData(stdout, a, cat, prof)
 	}
@@ -595,7 +622,10 @@ func calibrateCPU(stdout io.Writer, a *calibrateArgs, cat *sim.Catalog, prof *si
 	if a.gpu != "" {
 		gpus = []string{a.gpu}
 	}
-	table, err := calibrate.CompareOverheads(cat, prof, m, gpus, fit.Engine, a.context)
+	sets := []calibrate.NamedOverheads{{Name: "vllm-0.6 fit"},
+		{Name: "vidur cpu", Overheads: &calibrate.Overheads{IterationMS: fit.Engine.FixedMS, PerSeqMS: fit.Engine.PerSeqMS}},
+		{Name: "none", Overheads: &calibrate.Overheads{}}}
+	table, err := calibrate.CompareOverheads(cat, prof, m, gpus, sets, calibrate.DecodeBatches, a.context)
 	if err != nil {
 		return err
 	}
@@ -610,4 +640,87 @@ func calibrateCPU(stdout io.Writer, a *calibrateArgs, cat *sim.Catalog, prof *si
 			d.Linear*1e3, d.LinearBound, d.Attention*1e3, d.Overhead*1e3, d.KVMaxBatch, d.Floor*1e3)
 	}
 	return w.Flush()
+}
+
+// ServingBatches are the batch sizes of mosaic calibrate serving's decode-throughput table.
+var servingBatches = []int{64, 128, 256, 512}
+
+// calibrateServing fits engine overheads to published steady-state serving runs and prints each
+// run's prediction before and after, then the decode throughput of one model and GPU at batch
+// 64-512 with the profile's overheads, the fit and none.
+func calibrateServing(stdout io.Writer, a *calibrateArgs, cat *sim.Catalog, prof *sim.Profile) error {
+	path := a.files[0]
+	rows, err := calibrate.ReadServing(path)
+	if err != nil {
+		return err
+	}
+	for i := range rows {
+		rows[i].InputTokens *= a.inputScale
+	}
+	before, err := calibrate.PredictServing(cat, prof, rows, nil)
+	if err != nil {
+		return err
+	}
+	fit, err := calibrate.FitServing(cat, prof, rows)
+	if err != nil {
+		return err
+	}
+	modelName, gpuName := calibrate.DefaultDecodeModel, "H100-80GB"
+	if len(a.models) > 1 {
+		return fmt.Errorf("%w: calibrate serving takes one --model", errUsage)
+	} else if len(a.models) == 1 {
+		modelName = a.models[0]
+	}
+	if a.gpu != "" {
+		gpuName = a.gpu
+	}
+	m, err := cat.Model(modelName)
+	if err != nil {
+		return err
+	}
+	fitted := &calibrate.Overheads{IterationMS: fit.IterationMS, PerSeqMS: fit.PerSeqMS}
+	sets := []calibrate.NamedOverheads{{Name: "profile"}, {Name: "serving fit", Overheads: fitted}, {Name: "none", Overheads: &calibrate.Overheads{}}}
+	table, err := calibrate.CompareOverheads(cat, prof, m, []string{gpuName}, sets, servingBatches, a.context)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(stdout)
+	fmt.Fprintf(w, "# %s: %d runs (prompt lengths x %g)\n", filepath.Base(path), len(rows), a.inputScale)
+	fmt.Fprintf(w, "fit: %.3f ms per iteration + %.4f ms per sequence\n", fit.IterationMS, fit.PerSeqMS)
+	fmt.Fprintf(w, "\n# time per output token, ms: measured; predicted on the GPU alone, with the profile's overheads, the fit, and a fit without the run\n")
+	fmt.Fprintf(w, "%-30s %-10s %-12s %2s %2s %6s %7s %6s %6s %9s %7s %8s %7s %8s %7s %9s %7s\n", "run", "gpu", "model", "tp", "w", "N", "prompt/s", "in", "out",
+		"measured", "gpu", "profile", "err%", "fit", "err%", "held-out", "err%")
+	held := map[int]calibrate.ServingPrediction{}
+	for _, p := range fit.HeldOut {
+		held[p.Row.Line] = p
+	}
+	for i, p := range fit.Fitted {
+		b := before[i]
+		h, ok := held[p.Row.Line]
+		ho, hoErr := "-", "-"
+		if ok {
+			ho, hoErr = fmt.Sprintf("%.2f", h.StepMS), fmt.Sprintf("%+.1f", h.ErrorPct())
+		}
+		fmt.Fprintf(w, "%-30s %-10s %-12s %2d %2d %6.0f %7.2f %6.0f %6.0f %9.2f %7.2f %8.2f %+7.1f %8.2f %+7.1f %9s %7s\n", p.Row.ID, p.Row.GPU, p.Row.Model, p.Row.TP, p.Row.WeightBytes,
+			p.Row.InFlight, p.Row.PromptsPerS, p.Row.InputTokens, p.Row.OutputTokens, p.Row.TPOTMS, p.GPUMS, b.StepMS, b.ErrorPct(), p.StepMS, p.ErrorPct(), ho, hoErr)
+	}
+	fmt.Fprintf(w, "MAPE: profile %.1f%%, fit %.1f%%, held out %.1f%%\n", servingMAPE(before), servingMAPE(fit.Fitted), servingMAPE(fit.HeldOut))
+	fmt.Fprintf(w, "\n# %s (weights of %d bytes), every sequence decoding with %d cached tokens; step = one engine iteration\n", m.ID, m.DtypeBytes, a.context)
+	fmt.Fprintf(w, "%-10s %-12s %4s %9s %9s %11s %12s\n", "gpu", "overheads", "B", "step_ms", "tok_s", "overhead_ms", "kv_max_batch")
+	for _, d := range table {
+		fmt.Fprintf(w, "%-10s %-12s %4d %9.2f %9.0f %11.2f %12d\n", d.GPU.Name, d.Overheads, d.Batch, d.Seconds*1e3, d.Throughput(), d.Overhead*1e3, d.KVMaxBatch)
+	}
+	return w.Flush()
+}
+
+// servingMAPE is the mean absolute percentage error of predictions.
+func servingMAPE(ps []calibrate.ServingPrediction) float64 {
+	if len(ps) == 0 {
+		return 0
+	}
+	var s float64
+	for _, p := range ps {
+		s += math.Abs(p.ErrorPct())
+	}
+	return s / float64(len(ps))
 }

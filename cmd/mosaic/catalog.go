@@ -87,7 +87,7 @@ overlap = true            release calls that read others on arrival and prefill 
 // of their own (with its error on the measurements it held out), another GPU's by design
 // (like), or the default's, borrowed.
 func listGPUs(w io.Writer, cat *sim.Catalog, prof *sim.Profile) {
-	fmt.Fprintf(w, "%-12s %-7s %11s %9s %10s %-13s %9s  %-22s %s\n", "gpu", "vendor", "peak_tflops", "hbm_gbps", "memory_gib", "interconnect", "link_gbps", "coefficients", "held_out_mape")
+	fmt.Fprintf(w, "%-12s %-7s %11s %8s %9s %10s %-13s %9s  %-22s %s\n", "gpu", "vendor", "peak_tflops", "fp8", "hbm_gbps", "memory_gib", "interconnect", "link_gbps", "coefficients", "held_out_mape")
 	var notes []string
 	for _, g := range cat.GPUs() {
 		ic := g.Interconnect
@@ -95,7 +95,11 @@ func listGPUs(w io.Writer, cat *sim.Catalog, prof *sim.Profile) {
 			ic = "-"
 		}
 		coef, held := coefficientsOf(prof, g)
-		fmt.Fprintf(w, "%-12s %-7s %11g %9g %10g %-13s %9g  %-22s %s\n", g.Name, g.Vendor, g.PeakTFLOPs, g.HBMGBps, g.MemoryGiB, ic, g.LinkGBps, coef, held)
+		fp8 := "-"
+		if g.PeakTFLOPsFP8 > 0 {
+			fp8 = fmt.Sprintf("%g", g.PeakTFLOPsFP8)
+		}
+		fmt.Fprintf(w, "%-12s %-7s %11g %8s %9g %10g %-13s %9g  %-22s %s\n", g.Name, g.Vendor, g.PeakTFLOPs, fp8, g.HBMGBps, g.MemoryGiB, ic, g.LinkGBps, coef, held)
 		if pv, ok := prof.Provenance[strings.ToLower(g.Name)]; ok && pv.Basis != "" {
 			notes = append(notes, fmt.Sprintf("%s: %s", g.Name, pv.Basis))
 		}

@@ -137,20 +137,25 @@ func TestCompareOverheads(t *testing.T) {
 	cat := sim.DefaultCatalog()
 	m, err := cat.Model(calibrate.DefaultDecodeModel)
 	require.NoError(t, err)
-	line := calibrate.OverheadLine{FixedMS: 1, PerSeqMS: 0.01}
-	rows, err := calibrate.CompareOverheads(cat, sim.DefaultProfile(), m, nil, line, 1024)
+	sets := []calibrate.NamedOverheads{{Name: "profile"}, {Name: "measured", Overheads: &calibrate.Overheads{IterationMS: 1, PerSeqMS: 0.01}},
+		{Name: "none", Overheads: &calibrate.Overheads{}}}
+	prof := sim.DefaultProfile()
+	rows, err := calibrate.CompareOverheads(cat, prof, m, nil, sets, calibrate.DecodeBatches, 1024)
 	require.NoError(t, err)
 	require.Len(t, rows, len(calibrate.DefaultDecodeGPUs)*3*len(calibrate.DecodeBatches))
 	for _, r := range rows {
 		switch r.Overheads {
 		case "none":
 			assert.Zero(t, r.Overhead)
-		case "vidur cpu":
+		case "measured":
 			assert.InDelta(t, (1+0.01*float64(r.Batch))/1e3, r.Overhead, 1e-12)
+		case "profile":
+			c := prof.For(r.GPU)
+			assert.InDelta(t, (c.IterationOverheadMS+c.PerSeqOverheadMS*float64(r.Batch))/1e3, r.Overhead, 1e-12)
 		}
 		assert.Positive(t, r.KVMaxBatch)
 	}
-	_, err = calibrate.CompareOverheads(cat, sim.DefaultProfile(), m, []string{"Z80"}, line, 1024)
+	_, err = calibrate.CompareOverheads(cat, prof, m, []string{"Z80"}, sets, calibrate.DecodeBatches, 1024)
 	assert.Error(t, err)
 
 	in := ",schedule_mean,sampler_e2e_mean,prepare_inputs_e2e_mean,model_execution_e2e_mean,process_model_outputs_mean,model_name,batch_size,tensor_parallel_degree,ray_comm_time_mean\n" +

@@ -40,8 +40,7 @@ var (
 // of engine overheads.
 type DecodeRow struct {
 	GPU *sim.GPU
-	// Overheads names the set: "vllm-0.6 fit" (the profile's, fitted on vLLM 0.6 end-to-end
-	// latencies), "vidur cpu" (the measured CPU time) or "none" (the GPU alone).
+	// Overheads names the set of engine overheads (NamedOverheads.Name).
 	Overheads string
 	DecodeStep
 	// KVMaxBatch is the most sequences of the step's context the KV cache holds at the
@@ -49,11 +48,18 @@ type DecodeRow struct {
 	KVMaxBatch int
 }
 
+// NamedOverheads is a set of engine overheads to predict with. A nil Overheads keeps the
+// profile's for each GPU.
+type NamedOverheads struct {
+	Name      string
+	Overheads *Overheads
+}
+
 // CompareOverheads predicts the steady decode step of model m, every sequence with context
-// cached tokens, on each catalog GPU named (DefaultDecodeGPUs when none) at DecodeBatches
-// sequences, under three sets of engine overheads: prof's, measured (its fixed and
-// per-sequence times replacing prof's) and none.
-func CompareOverheads(cat *sim.Catalog, prof *sim.Profile, m *sim.Model, gpuNames []string, measured OverheadLine, context int) ([]DecodeRow, error) {
+// cached tokens, on each catalog GPU named (DefaultDecodeGPUs when none) at each of batches
+// sequences, under each set of engine overheads (replacing prof's fixed and per-sequence
+// times; a set without overheads keeps prof's).
+func CompareOverheads(cat *sim.Catalog, prof *sim.Profile, m *sim.Model, gpuNames []string, sets []NamedOverheads, batches []int, context int) ([]DecodeRow, error) {
 	if len(gpuNames) == 0 {
 		gpuNames = DefaultDecodeGPUs
 	}
@@ -63,16 +69,12 @@ func CompareOverheads(cat *sim.Catalog, prof *sim.Profile, m *sim.Model, gpuName
 		if err != nil {
 			return nil, err
 		}
-		base := prof.For(g)
-		vidur := base
-		vidur.IterationOverheadMS, vidur.PerSeqOverheadMS = measured.FixedMS, measured.PerSeqMS
-		none := base
-		none.IterationOverheadMS, none.PerSeqOverheadMS = 0, 0
-		for _, set := range []struct {
-			name string
-			coef sim.Coefficients
-		}{{"vllm-0.6 fit", base}, {"vidur cpu", vidur}, {"none", none}} {
-			cm, err := sim.NewCostModel(m, g, set.coef)
+		for _, set := range sets {
+			coef := prof.For(g)
+			if o := set.Overheads; o != nil {
+				coef.IterationOverheadMS, coef.PerSeqOverheadMS = o.IterationMS, o.PerSeqMS
+			}
+			cm, err := sim.NewCostModel(m, g, coef)
 			if err != nil {
 				return nil, err
 			}
@@ -80,8 +82,8 @@ func CompareOverheads(cat *sim.Catalog, prof *sim.Profile, m *sim.Model, gpuName
 			if eng, err := sim.DefaultEngine().WithKVCache(cm, sim.DefaultGPUMemoryUtilization); err == nil {
 				kvMax = eng.NumBlocks * eng.BlockSize / (context + 1)
 			}
-			for _, b := range DecodeBatches {
-				out = append(out, DecodeRow{GPU: g, Overheads: set.name, DecodeStep: DecodeBreakdown(cm, b, context), KVMaxBatch: kvMax})
+			for _, b := range batches {
+				out = append(out, DecodeRow{GPU: g, Overheads: set.Name, DecodeStep: DecodeBreakdown(cm, b, context), KVMaxBatch: kvMax})
 			}
 		}
 	}
