@@ -1,6 +1,8 @@
 package experiments_test
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -163,4 +165,27 @@ func TestOverlapNeedsChunkedPrefill(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), ".overlap")
 	assert.Contains(t, err.Error(), "needs chunked prefill")
+}
+
+// The online policy keeps models that fit a worker together resident: Faster-MoA's agents (4B,
+// 8B and 32B at memory fractions that share one H200) are loaded once per worker, not swapped
+// in and out between calls.
+func TestOnlineKeepsModelsThatFitTogether(t *testing.T) {
+	e, err := experiments.Load("examples/faster-moa.toml")
+	require.NoError(t, err)
+	require.NoError(t, e.Set("workload.queries=150")) // the swaps began after about 100 queries
+	r, err := e.Resolve()
+	require.NoError(t, err)
+	require.NoError(t, r.SelectPolicies([]string{"plain"}))
+	run, err := r.Simulate(context.Background(), nil)
+	require.NoError(t, err)
+	loads := run.Results[0].Loads
+	require.NotEmpty(t, loads)
+	seen := map[string]bool{}
+	for _, l := range loads {
+		key := fmt.Sprintf("%d/%s", l.Worker, l.Model)
+		assert.False(t, seen[key], "worker %d loads %s twice", l.Worker, l.Model)
+		seen[key] = true
+	}
+	assert.LessOrEqual(t, len(loads), 3*run.Experiment.Cluster.Workers)
 }

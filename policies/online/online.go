@@ -806,12 +806,13 @@ func (p *Policy) idle(wk *worker) bool {
 	return wk.inflight == 0 && !wk.loading && wk.want == "" && wk.unloading == "" && (wk.am == nil || wk.am.len() == 0)
 }
 
-// switchTo moves an idle worker to model m: it unloads the model it holds, then loads m.
+// switchTo moves an idle worker to model m: at once if it holds m, else it loads m beside the
+// model it holds when both fit the worker's memory, and unloads that model first when not.
 func (p *Policy) switchTo(wk *worker, m *model, v policies.View) []policies.Action {
 	old := wk.active
 	p.serve(wk, m)
 	wk.want = m.name
-	if old != "" && wk.unloading == "" && slices.Contains(wk.held, old) {
+	if old != "" && wk.unloading == "" && slices.Contains(wk.held, old) && !slices.Contains(wk.held, m.name) && !policies.CanLoad(v, wk.id, m.name) {
 		return []policies.Action{p.unload(wk, old)}
 	}
 	return p.drained(wk, v)
@@ -962,8 +963,9 @@ func (p *Policy) unload(wk *worker, model string) policies.Action {
 	return policies.Unload(wk.id, model)
 }
 
-// drained moves a switching worker (want set) on once nothing is in flight there: it unloads
-// the model it holds, or, with its memory free, loads the one it wants.
+// drained moves a switching worker (want set) on once nothing is in flight there: it serves
+// the model it wants if it holds it, loads it if it fits beside what the worker holds, and
+// otherwise unloads a held model to make room.
 func (p *Policy) drained(wk *worker, v policies.View) []policies.Action {
 	if wk.want == "" || wk.unloading != "" || wk.inflight > 0 {
 		return nil
@@ -973,8 +975,13 @@ func (p *Policy) drained(wk *worker, v policies.View) []policies.Action {
 			wk.want, wk.loading = "", false // it holds the model already
 			return nil
 		}
-		if v.InFlight(wk.id, h) == 0 {
-			return []policies.Action{p.unload(wk, h)}
+	}
+	if !policies.CanLoad(v, wk.id, wk.want) {
+		// Make room: unload a held model with nothing in flight.
+		for _, h := range wk.held {
+			if v.InFlight(wk.id, h) == 0 {
+				return []policies.Action{p.unload(wk, h)}
+			}
 		}
 	}
 	if policies.CanLoad(v, wk.id, wk.want) && !slices.Contains(v.Loading(wk.id), wk.want) {
