@@ -50,6 +50,7 @@ func runReplay(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	warnSimulatedEngine(exp, res)
 	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	start := time.Now()
@@ -73,6 +74,25 @@ func runReplay(args []string, stdout io.Writer) error {
 		return fmt.Errorf("calls failed (summary.csv: status failed; calls.csv: their errors): the figures of those policies are not results; rerun with --resume to retry them, or with --allow-failed-calls to compare over the queries that completed")
 	}
 	return err
+}
+
+// warnSimulatedEngine notes, for a replay of real servers (attached, or launched by a command
+// other than the emulator), that
+// an experiment naming no engine preset is simulated with vLLM 0.6's fitted CPU overheads,
+// which over-predict a vLLM V1 server's steps at high batch by about half
+// (docs/calibration.md): the side-by-side comparison wants [engine] preset = "vllm-v1".
+func warnSimulatedEngine(exp *experiments.Experiment, res *experiments.Resolved) {
+	if note := simulatedEngineNote(exp, res); note != "" {
+		slog.Warn(note, "file", exp.File())
+	}
+}
+
+// simulatedEngineNote is warnSimulatedEngine's message, or "" when it has none to give.
+func simulatedEngineNote(exp *experiments.Experiment, res *experiments.Resolved) string {
+	if res.Preset != nil || (exp.Replay.Mode != "attach" && strings.Contains(exp.Replay.Command, " emulate")) {
+		return ""
+	}
+	return `the experiment names no engine preset: mosaic sim predicts it with vLLM 0.6's CPU overheads; to compare with vllm serve of vLLM 0.8 or later, set [engine] preset = "vllm-v1"`
 }
 
 // newReplayProgress reports each policy's calls done, the total, the elapsed time and the
