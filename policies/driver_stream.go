@@ -276,11 +276,11 @@ func (d *Driver) traced(id int) error {
 	}
 	tl := &out.lines[cs.worker]
 	tl.add(cs.timing.Started, cs.timing.End, int32(cs.model))
-	if out.hold || len(tl.edges) < tl.due {
+	if out.hold || tl.edges() < tl.due {
 		return nil
 	}
 	err := tl.advance(d.bound(cs.worker), out.models, out.emit)
-	tl.due = 2*len(tl.edges) + 4096
+	tl.due = 2*tl.edges() + 4096
 	return err
 }
 
