@@ -147,7 +147,18 @@ func (c *Cluster) newCallInfo() *callInfo {
 type worker struct {
 	id      int
 	engines map[string]*engine
-	order   []string // load order, for deterministic iteration
+	order   []*engine // the engines of engines in load order, for deterministic iteration
+}
+
+// engine returns the engine of model on the worker (nil: none): a scan of the few engines it
+// holds, newest first (as engines has them), cheaper than hashing the name.
+func (wk *worker) engine(model string) *engine {
+	for i := len(wk.order) - 1; i >= 0; i-- {
+		if e := wk.order[i]; e.model == model {
+			return e
+		}
+	}
+	return nil
 }
 
 type callInfo struct {
@@ -193,11 +204,14 @@ type outputs struct {
 	admitted, firstToken, finished, preempted []uint64
 }
 
+// take moves an iteration's outputs into o without copying them: the buffers are swapped,
+// and the iteration keeps o's old ones, emptied (the engine empties them at its next
+// iteration anyway, and nothing reads them after take).
 func (o *outputs) take(it *sim.Iteration) {
-	o.admitted = append(o.admitted[:0], it.Admitted...)
-	o.firstToken = append(o.firstToken[:0], it.FirstToken...)
-	o.finished = append(o.finished[:0], it.Finished...)
-	o.preempted = append(o.preempted[:0], it.Preempted...)
+	o.admitted, it.Admitted = it.Admitted, o.admitted[:0]
+	o.firstToken, it.FirstToken = it.FirstToken, o.firstToken[:0]
+	o.finished, it.Finished = it.Finished, o.finished[:0]
+	o.preempted, it.Preempted = it.Preempted, o.preempted[:0]
 }
 
 // New returns an idle cluster with no model loaded.
@@ -242,7 +256,7 @@ func (c *Cluster) Unload(w backend.WorkerID, model string) error {
 	}
 	delete(wk.engines, model)
 	for i, m := range wk.order {
-		if m == model {
+		if m == e {
 			wk.order = append(wk.order[:i:i], wk.order[i+1:]...)
 			break
 		}
@@ -299,8 +313,8 @@ func (c *Cluster) submit(w backend.WorkerID, call *traces.Call, open bool, prior
 	if w < 0 || int(w) >= len(c.workers) {
 		return fmt.Errorf("cluster: no worker %d", w)
 	}
-	e, ok := c.workers[w].engines[call.Model]
-	if !ok {
+	e := c.workers[w].engine(call.Model)
+	if e == nil {
 		return fmt.Errorf("cluster: worker %d does not hold %s", w, call.Model)
 	}
 	if ci := c.info(uint64(call.ID)); ci != nil {
@@ -417,8 +431,9 @@ func (c *Cluster) process(now time.Duration, it item) {
 			return
 		}
 		eng.OmitProduced() // first tokens and finishes are all the cluster reads
-		wk.engines[it.model] = &engine{model: it.model, w: wk, eng: eng}
-		wk.order = append(wk.order, it.model)
+		e := &engine{model: it.model, w: wk, eng: eng}
+		wk.engines[it.model] = e
+		wk.order = append(wk.order, e)
 		c.out = append(c.out, backend.Event{Kind: backend.EventLoaded, At: now, Worker: backend.WorkerID(it.worker), Model: it.model})
 	case itemUnloaded:
 		c.out = append(c.out, backend.Event{Kind: backend.EventUnloaded, At: now, Worker: backend.WorkerID(it.worker), Model: it.model})
@@ -481,8 +496,8 @@ func (c *Cluster) deliver(e *engine, now time.Duration) {
 // busyEngines counts the engines of w that have work.
 func busyEngines(w *worker) int {
 	n := 0
-	for _, m := range w.order {
-		if e := w.engines[m]; !e.eng.Idle() || e.state != stIdle {
+	for _, e := range w.order {
+		if !e.eng.Idle() || e.state != stIdle {
 			n++
 		}
 	}
@@ -531,8 +546,7 @@ func (c *Cluster) cut(e *engine, now time.Duration) {
 // changed, so their processor share is right.
 func (c *Cluster) replanOthers(e *engine, now time.Duration) {
 	n := float64(max(1, busyEngines(e.w)))
-	for _, m := range e.w.order {
-		o := e.w.engines[m]
+	for _, o := range e.w.order {
 		if o != e && o.state == stPlanned && o.factor != n {
 			c.cut(o, now)
 			if o.state == stIdle {
