@@ -148,6 +148,9 @@ type worker struct {
 	id      int
 	engines map[string]*engine
 	order   []*engine // the engines of engines in load order, for deterministic iteration
+	// unloaded holds the engine of each model last unloaded from the worker: a load of the
+	// model renews it (sim.Engine.Renew), reusing its buffers.
+	unloaded map[string]*sim.Engine
 }
 
 // engine returns the engine of model on the worker (nil: none): a scan of the few engines it
@@ -221,7 +224,7 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	c := &Cluster{cfg: cfg}
 	for i := range cfg.Workers {
-		c.workers = append(c.workers, &worker{id: i, engines: map[string]*engine{}})
+		c.workers = append(c.workers, &worker{id: i, engines: map[string]*engine{}, unloaded: map[string]*sim.Engine{}})
 	}
 	return c, nil
 }
@@ -255,6 +258,7 @@ func (c *Cluster) Unload(w backend.WorkerID, model string) error {
 		return fmt.Errorf("cluster: %s on worker %d still has work", model, w)
 	}
 	delete(wk.engines, model)
+	wk.unloaded[model] = e.eng
 	for i, m := range wk.order {
 		if m == e {
 			wk.order = append(wk.order[:i:i], wk.order[i+1:]...)
@@ -422,10 +426,16 @@ func (c *Cluster) process(now time.Duration, it item) {
 	case itemLoaded:
 		setup, err := c.cfg.setup(it.worker, it.model)
 		var eng *sim.Engine
-		if err == nil {
-			eng, err = sim.NewEngine(setup.Engine, setup.Cost)
-		}
 		wk := c.workers[it.worker]
+		if err == nil {
+			if old := wk.unloaded[it.model]; old != nil {
+				delete(wk.unloaded, it.model)
+				eng, _ = old.Renew()
+			}
+			if eng == nil {
+				eng, err = sim.NewEngine(setup.Engine, setup.Cost)
+			}
+		}
 		if err != nil {
 			c.out = append(c.out, backend.Event{Kind: backend.EventFailed, At: now, Worker: backend.WorkerID(it.worker), Model: it.model, Err: err})
 			return
