@@ -47,11 +47,10 @@ type Driver struct {
 	// refs is the unused rest of the block refPtr carves event references from, released
 	// that of the block flush carves released calls from.
 	refs, released []CallRef
-	// scratch holds the buffers of a step's effects between steps, and steps those of the
-	// events a backend event causes (see flush and stepEvents).
-	scratch effects
-	steps   []Event
-	workers int
+	// scratch holds the buffer of a step's effects' events between steps, and steps that of
+	// the events a backend event causes (see flush and stepEvents).
+	scratch, steps []Event
+	workers        int
 	// Progress, when set, is called after every finished call with the number done and total.
 	Progress func(done, total int)
 	// CallDone, when set, is called with the record of every call as it finishes (or fails),
@@ -152,30 +151,34 @@ type effects struct {
 	events   []Event
 }
 
-// effects returns an empty effects value for a step whose events go out through flush: it
-// gathers in the Driver's scratch, which flush hands back.
+// effects returns an empty effects value for a step whose events go out through flush: the
+// calls it releases are written straight into the rest of the shared block that flush carves
+// released calls from (a new block when little is left), its events into the Driver's
+// scratch.
 func (d *Driver) effects() effects {
-	return effects{released: d.scratch.released[:0], events: d.scratch.events[:0]}
+	if cap(d.released) < refBlock/8 {
+		d.released = make([]CallRef, refBlock)
+	}
+	return effects{released: d.released[:0], events: d.scratch[:0]}
 }
 
 // flush appends the step's events to out, then one EventReleased at time at of the calls it
-// released (when it released any), and returns out. The released calls are copied into a
-// slice carved from a shared block (one allocation per refBlock calls instead of one a step),
-// never written after it is handed out; fx's buffers become the Driver's scratch again.
+// released (when it released any), and returns out. The released calls were written into the
+// shared block (one allocation per refBlock calls instead of one a step): their slice is
+// carved from it, ending where they end, and never written after it is handed out (a step
+// that outgrew the block's rest has a slice of its own). fx's events buffer becomes the
+// Driver's scratch again.
 func (d *Driver) flush(fx *effects, out []Event, at time.Duration) []Event {
 	out = append(out, fx.events...)
 	if n := len(fx.released); n > 0 {
-		if len(d.released) < n {
-			d.released = make([]CallRef, max(refBlock, n))
+		calls := fx.released[:n:n]
+		if cap(d.released) > 0 && &d.released[:1][0] == &calls[0] {
+			d.released = d.released[n:]
 		}
-		calls := d.released[:n:n]
-		d.released = d.released[n:]
-		copy(calls, fx.released)
 		out = append(out, Event{Kind: EventReleased, At: at, Calls: calls})
 	}
-	clear(fx.released)
 	clear(fx.events)
-	d.scratch = effects{released: fx.released[:0], events: fx.events[:0]}
+	d.scratch = fx.events[:0]
 	*fx = effects{}
 	return out
 }
