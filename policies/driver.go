@@ -44,9 +44,13 @@ type Driver struct {
 	rule    Rule
 	models  []ModelInfo
 	byName  map[string]int
-	// refs is the unused rest of the block refPtr carves event references from.
-	refs    []CallRef
-	workers int
+	// refs is the unused rest of the block refPtr carves event references from, released
+	// that of the block flush carves released calls from.
+	refs, released []CallRef
+	// scratch holds the buffer of a step's effects' events between steps, and steps that of
+	// the events a backend event causes (see flush and stepEvents).
+	scratch, steps []Event
+	workers        int
 	// Progress, when set, is called after every finished call with the number done and total.
 	Progress func(done, total int)
 	// CallDone, when set, is called with the record of every call as it finishes (or fails),
@@ -147,18 +151,43 @@ type effects struct {
 	events   []Event
 }
 
+// effects returns an empty effects value for a step whose events go out through flush: the
+// calls it releases are written straight into the rest of the shared block that flush carves
+// released calls from (a new block when little is left), its events into the Driver's
+// scratch.
+func (d *Driver) effects() effects {
+	if cap(d.released) < refBlock/8 {
+		d.released = make([]CallRef, refBlock)
+	}
+	return effects{released: d.released[:0], events: d.scratch[:0]}
+}
+
 // flush appends the step's events to out, then one EventReleased at time at of the calls it
-// released (when it released any), and returns out.
-func (fx *effects) flush(out []Event, at time.Duration) []Event {
-	if out == nil {
-		out = fx.events // no copy: the step's events are the caller's now
-	} else {
-		out = append(out, fx.events...)
+// released (when it released any), and returns out. The released calls were written into the
+// shared block (one allocation per refBlock calls instead of one a step): their slice is
+// carved from it, ending where they end, and never written after it is handed out (a step
+// that outgrew the block's rest has a slice of its own). fx's events buffer becomes the
+// Driver's scratch again.
+func (d *Driver) flush(fx *effects, out []Event, at time.Duration) []Event {
+	out = append(out, fx.events...)
+	if n := len(fx.released); n > 0 {
+		calls := fx.released[:n:n]
+		if cap(d.released) > 0 && &d.released[:1][0] == &calls[0] {
+			d.released = d.released[n:]
+		}
+		out = append(out, Event{Kind: EventReleased, At: at, Calls: calls})
 	}
-	if len(fx.released) > 0 {
-		out = append(out, Event{Kind: EventReleased, At: at, Calls: fx.released})
-	}
+	clear(fx.events)
+	d.scratch = fx.events[:0]
+	*fx = effects{}
 	return out
+}
+
+// stepEvents returns the Driver's buffer for the events a backend event causes (handle's
+// result), emptied: they are handed on before the next backend event is handled.
+func (d *Driver) stepEvents() []Event {
+	clear(d.steps)
+	return d.steps[:0]
 }
 
 // Grower is the backend package's Grower: a Backend that can prefill a call while its inputs
@@ -683,9 +712,10 @@ func (d *Driver) finish(ev *Event) ([]Event, error) {
 	if err := d.record(id); err != nil {
 		return nil, err
 	}
-	var fx effects
+	fx := d.effects()
 	d.settle(id, ev.At, &fx)
-	return fx.flush(nil, ev.At), nil
+	d.steps = d.flush(&fx, d.stepEvents(), ev.At)
+	return d.steps, nil
 }
 
 // stopped records that a cancelled call left its worker: stopped (EventCancelled), or done or

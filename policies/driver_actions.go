@@ -37,10 +37,10 @@ func (d *Driver) do(a Action) error {
 		default:
 			return fmt.Errorf("the call is %s", st)
 		}
-		var fx effects
+		fx := d.effects()
 		now := d.backend.Now()
 		d.cancel(a.CallID, now, &fx)
-		d.derived = fx.flush(d.derived, now)
+		d.derived = d.flush(&fx, d.derived, now)
 		return d.fatal
 	}
 	if a.Worker < 0 || int(a.Worker) >= d.workers {

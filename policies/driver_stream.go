@@ -111,9 +111,11 @@ func (d *Driver) Stream(sink Sink, slo SLO) {
 	for _, m := range d.models {
 		d.out.models = append(d.out.models, m.Name)
 	}
-	// Every query's latencies are kept (for their exact percentiles): room for all at once.
+	// Every query's latencies are kept (for their exact percentiles), and what the steady-state
+	// window needs of it: room for all at once.
 	t := d.out.tally
 	t.lat, t.ttft, t.queue = make([]time.Duration, 0, d.nq), make([]time.Duration, 0, d.nq), make([]time.Duration, 0, d.nq)
+	t.window = make([]windowQuery, 0, d.nq)
 	for w := range d.out.lines {
 		d.out.lines[w].w = WorkerID(w)
 	}
@@ -276,11 +278,11 @@ func (d *Driver) traced(id int) error {
 	}
 	tl := &out.lines[cs.worker]
 	tl.add(cs.timing.Started, cs.timing.End, int32(cs.model))
-	if out.hold || len(tl.edges) < tl.due {
+	if out.hold || tl.edges() < tl.due {
 		return nil
 	}
 	err := tl.advance(d.bound(cs.worker), out.models, out.emit)
-	tl.due = 2*len(tl.edges) + 4096
+	tl.due = 2*tl.edges() + 4096
 	return err
 }
 

@@ -94,7 +94,7 @@ func (d *Driver) arrivals(now time.Duration, fx *effects) error {
 // policy's wake-ups.
 func (d *Driver) timersDue(now time.Duration) ([]Event, error) {
 	delete(d.clock.waking, now)
-	var fx effects
+	fx := d.effects()
 	wake := false
 	for len(d.clock.timers) > 0 && d.clock.timers[0].at <= now {
 		t := d.clock.timers.pop()
@@ -121,9 +121,10 @@ func (d *Driver) timersDue(now time.Duration) ([]Event, error) {
 			wake = true
 		}
 	}
-	out := fx.flush(nil, now)
+	out := d.flush(&fx, d.stepEvents(), now)
 	if wake {
 		out = append(out, Event{Kind: EventTimer, At: now})
 	}
+	d.steps = out
 	return out, nil
 }

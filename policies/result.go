@@ -509,8 +509,13 @@ func (r *Result) WorkerIntervals() []Interval {
 // idle ones between), so that a run can give them out as it goes.
 type timeline struct {
 	w WorkerID
-	// edges are the calls' edges not yet turned into intervals.
-	edges []edge
+	// starts and ends are the calls' edges not yet turned into intervals: their entries, and
+	// the keys of their exits. Calls are added as they end, so the exits mostly come in order
+	// (endsUnsorted says one did not): only the entries need sorting, and the two lists are
+	// then merged.
+	starts       []edge
+	ends         []int64
+	endsUnsorted bool
 	// The busy interval under way: n calls in service, its span so far, the area under the
 	// number in service, the last edge's time and the models served.
 	n      int
@@ -539,8 +544,16 @@ func (e edge) entry() bool       { return e.key&1 == 1 }
 
 // add adds a call in service from start to end (end > start).
 func (tl *timeline) add(start, end time.Duration, model int32) {
-	tl.edges = append(tl.edges, edge{int64(start)<<1 | 1, model}, edge{int64(end) << 1, model})
+	tl.starts = append(tl.starts, edge{int64(start)<<1 | 1, model})
+	key := int64(end) << 1
+	if n := len(tl.ends); n > 0 && tl.ends[n-1] > key {
+		tl.endsUnsorted = true
+	}
+	tl.ends = append(tl.ends, key)
 }
+
+// edges is how many edges wait to be turned into intervals.
+func (tl *timeline) edges() int { return len(tl.starts) + len(tl.ends) }
 
 // addLoad adds a load: after the loads that start no later, as a stable sort by start of the
 // loads in the order they ended keeps them.
@@ -557,13 +570,34 @@ func (tl *timeline) addLoad(l LoadRecord) {
 // order, the intervals that start before bound and before the busy interval still under way
 // (no later call or load can start before bound). models names the edges' models.
 func (tl *timeline) advance(bound time.Duration, models []string, emit func(Interval) error) error {
-	// Ends before starts at the same instant. The order among edges of one instant and one
+	// Ends before starts at the same instant: an exit's key is even, an entry's odd, so the
+	// two lists, each by key, merge without ties. The order among edges of one instant and one
 	// kind changes nothing below (they add no area, and a span opens at the first start and
 	// closes at the last end), so an unstable sort is enough.
-	slices.SortFunc(tl.edges, func(a, b edge) int { return cmp.Compare(a.key, b.key) })
-	i := 0
-	for ; i < len(tl.edges) && tl.edges[i].at() < bound; i++ {
-		e := tl.edges[i]
+	slices.SortFunc(tl.starts, func(a, b edge) int { return cmp.Compare(a.key, b.key) })
+	if tl.endsUnsorted {
+		slices.Sort(tl.ends)
+		tl.endsUnsorted = false
+	}
+	i, j := 0, 0
+	for {
+		var e edge
+		switch {
+		case i < len(tl.starts) && (j == len(tl.ends) || tl.starts[i].key < tl.ends[j]):
+			e = tl.starts[i]
+		case j < len(tl.ends):
+			e = edge{key: tl.ends[j]}
+		default:
+			e.key = -1
+		}
+		if e.key < 0 || e.at() >= bound {
+			break
+		}
+		if e.entry() {
+			i++
+		} else {
+			j++
+		}
 		t := e.at()
 		if tl.n > 0 {
 			tl.area += float64(tl.n) * (t - tl.last).Seconds()
@@ -591,7 +625,8 @@ func (tl *timeline) advance(bound time.Duration, models []string, emit func(Inte
 			tl.busy = append(tl.busy, tl.cur)
 		}
 	}
-	tl.edges = tl.edges[:copy(tl.edges, tl.edges[i:])]
+	tl.starts = tl.starts[:copy(tl.starts, tl.starts[i:])]
+	tl.ends = tl.ends[:copy(tl.ends, tl.ends[j:])]
 	if tl.n > 0 {
 		bound = min(bound, tl.cur.Start)
 	}

@@ -320,6 +320,42 @@ func NewEngine(cfg EngineConfig, cost *CostModel) (*Engine, error) {
 	return e, nil
 }
 
+// Renew returns a new engine as NewEngine returns it for e's configuration and cost model,
+// which takes over e's buffers (and the states of its finished sequences) so that a model
+// loaded again does not grow them anew. e must hold no sequence (ok is false otherwise, and
+// nothing changes); it is left empty and idle, without its buffers.
+func (e *Engine) Renew() (n *Engine, ok bool) {
+	if e.Waiting() > 0 || len(e.running) > 0 {
+		return nil, false
+	}
+	n, err := NewEngine(e.cfg, e.cost)
+	if err != nil {
+		return nil, false
+	}
+	for r := range e.crossing {
+		clear(e.crossing[r])
+		e.crossing[r] = e.crossing[r][:0]
+	}
+	if len(e.crossing) == len(n.crossing) {
+		n.crossing = e.crossing
+	}
+	empty := func(l []*seqState) []*seqState {
+		clear(l[:cap(l)])
+		return l[:0]
+	}
+	n.waiting, n.front, n.pq, n.running = empty(e.waiting), empty(e.front), empty(e.pq), empty(e.running)
+	n.sched, n.ends, n.others, n.finished = empty(e.sched), empty(e.ends), empty(e.others), empty(e.finished)
+	n.spare = e.spare
+	it := &e.it
+	n.it = Iteration{Produced: it.Produced[:0], FirstToken: it.FirstToken[:0], Finished: it.Finished[:0],
+		Preempted: it.Preempted[:0], Admitted: it.Admitted[:0]}
+	e.waiting, e.qhead, e.front, e.pq, e.running = nil, 0, nil, nil, nil
+	e.sched, e.ends, e.others, e.finished, e.spare = nil, nil, nil, nil, nil
+	e.crossing = make([][]*seqState, len(e.crossing))
+	e.it = Iteration{}
+	return n, true
+}
+
 // Config returns the engine's configuration.
 func (e *Engine) Config() EngineConfig { return e.cfg }
 

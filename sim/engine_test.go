@@ -490,6 +490,49 @@ func TestEngineDeterministic(t *testing.T) {
 	}
 }
 
+// TestRenewMatchesNew checks that an engine renewed after a run (reusing its buffers) runs
+// the next work exactly as a new one, and that Renew refuses an engine holding sequences.
+func TestRenewMatchesNew(t *testing.T) {
+	for _, tc := range engineCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			run := func(e *sim.Engine) []record {
+				c := newChecker(t, e)
+				for _, r := range workload(7) {
+					c.add(r)
+				}
+				c.drain(false)
+				return c.records
+			}
+			used := newEngine(t, tc.cfg)
+			run(used)
+			renewed, ok := used.Renew()
+			require.True(t, ok)
+			require.True(t, used.Idle())
+			// The renewed engine's buffers are empty rather than nil: the same iterations.
+			norm := func(rs []record) []record {
+				for i := range rs {
+					r := &rs[i]
+					for _, l := range []*[]uint64{&r.FirstToken, &r.Finished, &r.Preempted, &r.Admitted} {
+						if len(*l) == 0 {
+							*l = nil
+						}
+					}
+					if len(r.Produced) == 0 {
+						r.Produced = nil
+					}
+				}
+				return rs
+			}
+			require.Equal(t, norm(run(newEngine(t, tc.cfg))), norm(run(renewed)))
+
+			busy := newEngine(t, tc.cfg)
+			require.NoError(t, busy.Add(sim.Request{ID: 1, PromptTokens: 10, OutputTokens: 10}))
+			_, ok = busy.Renew()
+			require.False(t, ok)
+		})
+	}
+}
+
 func TestAddRejects(t *testing.T) {
 	// 20 blocks of 16 tokens, 2 kept as watermark: 288 tokens fit one sequence.
 	cfg := func(chunked bool) sim.EngineConfig {

@@ -147,7 +147,21 @@ func (c *Cluster) newCallInfo() *callInfo {
 type worker struct {
 	id      int
 	engines map[string]*engine
-	order   []string // load order, for deterministic iteration
+	order   []*engine // the engines of engines in load order, for deterministic iteration
+	// unloaded holds the engine of each model last unloaded from the worker: a load of the
+	// model renews it (sim.Engine.Renew), reusing its buffers.
+	unloaded map[string]*sim.Engine
+}
+
+// engine returns the engine of model on the worker (nil: none): a scan of the few engines it
+// holds, newest first (as engines has them), cheaper than hashing the name.
+func (wk *worker) engine(model string) *engine {
+	for i := len(wk.order) - 1; i >= 0; i-- {
+		if e := wk.order[i]; e.model == model {
+			return e
+		}
+	}
+	return nil
 }
 
 type callInfo struct {
@@ -193,11 +207,14 @@ type outputs struct {
 	admitted, firstToken, finished, preempted []uint64
 }
 
+// take moves an iteration's outputs into o without copying them: the buffers are swapped,
+// and the iteration keeps o's old ones, emptied (the engine empties them at its next
+// iteration anyway, and nothing reads them after take).
 func (o *outputs) take(it *sim.Iteration) {
-	o.admitted = append(o.admitted[:0], it.Admitted...)
-	o.firstToken = append(o.firstToken[:0], it.FirstToken...)
-	o.finished = append(o.finished[:0], it.Finished...)
-	o.preempted = append(o.preempted[:0], it.Preempted...)
+	o.admitted, it.Admitted = it.Admitted, o.admitted[:0]
+	o.firstToken, it.FirstToken = it.FirstToken, o.firstToken[:0]
+	o.finished, it.Finished = it.Finished, o.finished[:0]
+	o.preempted, it.Preempted = it.Preempted, o.preempted[:0]
 }
 
 // New returns an idle cluster with no model loaded.
@@ -207,7 +224,7 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	c := &Cluster{cfg: cfg}
 	for i := range cfg.Workers {
-		c.workers = append(c.workers, &worker{id: i, engines: map[string]*engine{}})
+		c.workers = append(c.workers, &worker{id: i, engines: map[string]*engine{}, unloaded: map[string]*sim.Engine{}})
 	}
 	return c, nil
 }
@@ -241,8 +258,9 @@ func (c *Cluster) Unload(w backend.WorkerID, model string) error {
 		return fmt.Errorf("cluster: %s on worker %d still has work", model, w)
 	}
 	delete(wk.engines, model)
+	wk.unloaded[model] = e.eng
 	for i, m := range wk.order {
-		if m == model {
+		if m == e {
 			wk.order = append(wk.order[:i:i], wk.order[i+1:]...)
 			break
 		}
@@ -299,8 +317,8 @@ func (c *Cluster) submit(w backend.WorkerID, call *traces.Call, open bool, prior
 	if w < 0 || int(w) >= len(c.workers) {
 		return fmt.Errorf("cluster: no worker %d", w)
 	}
-	e, ok := c.workers[w].engines[call.Model]
-	if !ok {
+	e := c.workers[w].engine(call.Model)
+	if e == nil {
 		return fmt.Errorf("cluster: worker %d does not hold %s", w, call.Model)
 	}
 	if ci := c.info(uint64(call.ID)); ci != nil {
@@ -408,17 +426,24 @@ func (c *Cluster) process(now time.Duration, it item) {
 	case itemLoaded:
 		setup, err := c.cfg.setup(it.worker, it.model)
 		var eng *sim.Engine
-		if err == nil {
-			eng, err = sim.NewEngine(setup.Engine, setup.Cost)
-		}
 		wk := c.workers[it.worker]
+		if err == nil {
+			if old := wk.unloaded[it.model]; old != nil {
+				delete(wk.unloaded, it.model)
+				eng, _ = old.Renew()
+			}
+			if eng == nil {
+				eng, err = sim.NewEngine(setup.Engine, setup.Cost)
+			}
+		}
 		if err != nil {
 			c.out = append(c.out, backend.Event{Kind: backend.EventFailed, At: now, Worker: backend.WorkerID(it.worker), Model: it.model, Err: err})
 			return
 		}
 		eng.OmitProduced() // first tokens and finishes are all the cluster reads
-		wk.engines[it.model] = &engine{model: it.model, w: wk, eng: eng}
-		wk.order = append(wk.order, it.model)
+		e := &engine{model: it.model, w: wk, eng: eng}
+		wk.engines[it.model] = e
+		wk.order = append(wk.order, e)
 		c.out = append(c.out, backend.Event{Kind: backend.EventLoaded, At: now, Worker: backend.WorkerID(it.worker), Model: it.model})
 	case itemUnloaded:
 		c.out = append(c.out, backend.Event{Kind: backend.EventUnloaded, At: now, Worker: backend.WorkerID(it.worker), Model: it.model})
@@ -481,8 +506,8 @@ func (c *Cluster) deliver(e *engine, now time.Duration) {
 // busyEngines counts the engines of w that have work.
 func busyEngines(w *worker) int {
 	n := 0
-	for _, m := range w.order {
-		if e := w.engines[m]; !e.eng.Idle() || e.state != stIdle {
+	for _, e := range w.order {
+		if !e.eng.Idle() || e.state != stIdle {
 			n++
 		}
 	}
@@ -531,8 +556,7 @@ func (c *Cluster) cut(e *engine, now time.Duration) {
 // changed, so their processor share is right.
 func (c *Cluster) replanOthers(e *engine, now time.Duration) {
 	n := float64(max(1, busyEngines(e.w)))
-	for _, m := range e.w.order {
-		o := e.w.engines[m]
+	for _, o := range e.w.order {
 		if o != e && o.state == stPlanned && o.factor != n {
 			c.cut(o, now)
 			if o.state == stIdle {

@@ -751,6 +751,7 @@ func (p *Policy) dispatch(acts []policies.Action, v policies.View) []policies.Ac
 	}
 	for _, m := range p.models {
 		q := &m.queue
+		prio, known := false, false // whether m's engine schedules by priority, looked up once
 		for q.len() > 0 {
 			var best *worker
 			for _, wk := range open {
@@ -771,7 +772,10 @@ func (p *Policy) dispatch(acts []policies.Action, v policies.View) []policies.Ac
 			p.flight.Set(c.id, tokens)
 			best.inflight++
 			best.outstanding += tokens
-			if p.priority[m.name] {
+			if !known {
+				prio, known = p.priority[m.name], true
+			}
+			if prio {
 				acts = append(acts, policies.SubmitPriority(best.id, c.id, int(c.rank)))
 			} else {
 				acts = append(acts, policies.Submit(best.id, c.id))
