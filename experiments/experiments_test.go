@@ -73,7 +73,7 @@ func TestBadExperiments(t *testing.T) {
 		{"negative requests", "requests = 16", "requests = -2", "exp.toml:16: workload.requests: must be positive, got -2"},
 		{"unknown dist", `{ dist = "fixed", value = 64 }`, `{ dist = "zipf", value = 64 }`, `exp.toml:11: model[0].output_tokens.dist: unknown distribution "zipf"`},
 		{"workload model", `model = "L3"`, `model = "L4"`, `exp.toml:15: workload.model: no [[model]] is named "L4"`},
-		{"too long for the model", `{ dist = "fixed", value = 64 }`, `{ dist = "lognormal", mean = 3000, p99 = 16000, max = 32768 }`, "exp.toml:11: model[0].output_tokens: max 32768 exceeds meta-llama/Meta-Llama-3-8B's max_model_len 8192"},
+		{"too long for the model", `{ dist = "fixed", value = 64 }`, `{ dist = "lognormal", mean = 3000, p99 = 16000, max = 32768 }`, "exp.toml:11: model[0].output_tokens: max 32768 leaves no room for a prompt in meta-llama/Meta-Llama-3-8B's max_model_len 8192 (want at most 8191)"},
 		{"prompt too long for the model", `{ dist = "fixed", value = 128 }`, `{ dist = "fixed", value = 8150 }`, "exp.toml:17: workload.input_tokens: the longest prompt (8150) plus the longest output (64) exceed meta-llama/Meta-Llama-3-8B's max_model_len 8192"},
 		{"lognormal p99", `{ dist = "fixed", value = 64 }`, `{ dist = "lognormal", mean = 100, p99 = 90, max = 4000 }`, "exp.toml:11: model[0].output_tokens: p99 (90) must be larger than the mean (100)"},
 		{"malformed toml", `name = "t"`, `name = "t`, "exp.toml:1"},

@@ -322,7 +322,7 @@ func (e *Experiment) Resolve() (*Resolved, error) {
 				return nil, err
 			}
 			if d.Max()+1 > arch.MaxModelLen {
-				return nil, e.errorf(modelKey(i, "output_tokens"), "max %d exceeds %s's max_model_len %d", d.Max(), arch.ID, arch.MaxModelLen)
+				return nil, e.errorf(modelKey(i, "output_tokens"), "max %d leaves no room for a prompt in %s's max_model_len %d (want at most %d)", d.Max(), arch.ID, arch.MaxModelLen, arch.MaxModelLen-1)
 			}
 			rm.Output = d
 		}

@@ -124,7 +124,7 @@ func TestBadMoAExperiments(t *testing.T) {
 		{"no policy", "[[policy]]\nname = \"round-robin\"\nthreshold = 2.0\n\n[[policy]]\nname = \"data-parallel\"\n", "", "exp.toml: policy: missing"},
 		{"bad threshold", "threshold = 1.0", "threshold = -1.0", "exp.toml:37: aggregation.threshold: must be positive"},
 		{"misspelt routing key", "routing = { skew = 4 }", "routing = { skwe = 4 }", "exp.toml:32: workload.routing.skwe: unknown key"},
-		{"too long for the model", "arch = \"llama-3-8b\"\noutput_tokens = { dist = \"lognormal\", mean = 100, p99 = 600, max = 2048 }", "arch = \"llama-3-8b\"\noutput_tokens = { dist = \"lognormal\", mean = 100, p99 = 600, max = 9000 }", "exp.toml:24: model[2].output_tokens: max 9000 exceeds meta-llama/Meta-Llama-3-8B's max_model_len 8192"},
+		{"too long for the model", "arch = \"llama-3-8b\"\noutput_tokens = { dist = \"lognormal\", mean = 100, p99 = 600, max = 2048 }", "arch = \"llama-3-8b\"\noutput_tokens = { dist = \"lognormal\", mean = 100, p99 = 600, max = 9000 }", "exp.toml:24: model[2].output_tokens: max 9000 leaves no room for a prompt in meta-llama/Meta-Llama-3-8B's max_model_len 8192 (want at most 8191)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			require.Contains(t, moa, tc.from)

@@ -704,23 +704,40 @@ func calibrateServing(stdout io.Writer, a *calibrateArgs, cat *sim.Catalog, prof
 		fmt.Fprintf(w, "%-30s %-10s %-12s %2d %2d %6.0f %7.2f %6.0f %6.0f %9.2f %7.2f %8.2f %+7.1f %8.2f %+7.1f %9s %7s\n", p.Row.ID, p.Row.GPU, p.Row.Model, p.Row.TP, p.Row.WeightBytes,
 			p.Row.InFlight, p.Row.PromptsPerS, p.Row.InputTokens, p.Row.OutputTokens, p.Row.TPOTMS, p.GPUMS, b.StepMS, b.ErrorPct(), p.StepMS, p.ErrorPct(), ho, hoErr)
 	}
-	fmt.Fprintf(w, "MAPE: profile %.1f%%, fit %.1f%%, held out %.1f%%\n", servingMAPE(before), servingMAPE(fit.Fitted), servingMAPE(fit.HeldOut))
+	fmt.Fprintf(w, "MAPE over the fit runs: profile %.1f%%, fit %.1f%%, held out %.1f%%", servingMAPE(before, "fit"), servingMAPE(fit.Fitted, "fit"), servingMAPE(fit.HeldOut, "fit"))
+	if n := servingMAPE(fit.Fitted, "check"); n >= 0 {
+		fmt.Fprintf(w, "; over the check runs: profile %.1f%%, fit %.1f%%", servingMAPE(before, "check"), n)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "\n# %s (weights of %d bytes), every sequence decoding with %d cached tokens; step = one engine iteration\n", m.ID, m.DtypeBytes, a.context)
 	fmt.Fprintf(w, "%-10s %-12s %4s %9s %9s %11s %12s\n", "gpu", "overheads", "B", "step_ms", "tok_s", "overhead_ms", "kv_max_batch")
+	over := false
 	for _, d := range table {
-		fmt.Fprintf(w, "%-10s %-12s %4d %9.2f %9.0f %11.2f %12d\n", d.GPU.Name, d.Overheads, d.Batch, d.Seconds*1e3, d.Throughput(), d.Overhead*1e3, d.KVMaxBatch)
+		mark := ""
+		if d.Batch > d.KVMaxBatch {
+			mark, over = " *", true
+		}
+		fmt.Fprintf(w, "%-10s %-12s %4d %9.2f %9.0f %11.2f %12d%s\n", d.GPU.Name, d.Overheads, d.Batch, d.Seconds*1e3, d.Throughput(), d.Overhead*1e3, d.KVMaxBatch, mark)
+	}
+	if over {
+		fmt.Fprintln(w, "* more sequences than the KV cache holds at this context (0: the model does not fit): the step's cost, not a batch the engine forms")
 	}
 	return w.Flush()
 }
 
-// servingMAPE is the mean absolute percentage error of predictions.
-func servingMAPE(ps []calibrate.ServingPrediction) float64 {
-	if len(ps) == 0 {
-		return 0
-	}
+// servingMAPE is the mean absolute percentage error of the predictions of the runs of one
+// set ("fit" or "check"), or -1 when there are none.
+func servingMAPE(ps []calibrate.ServingPrediction, set string) float64 {
 	var s float64
+	n := 0
 	for _, p := range ps {
-		s += math.Abs(p.ErrorPct())
+		if p.Row.Set == set {
+			s += math.Abs(p.ErrorPct())
+			n++
+		}
 	}
-	return s / float64(len(ps))
+	if n == 0 {
+		return -1
+	}
+	return s / float64(n)
 }

@@ -70,8 +70,13 @@ example:
 	if *seeds < 1 {
 		return fmt.Errorf("%w: --seeds must be positive, got %d", errUsage, *seeds)
 	}
-	if (*out != "" || fs.Lookup("seeds").Value.String() != "3") && !*sens {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if (given["o"] || given["seeds"]) && !*sens {
 		return fmt.Errorf("%w: --seeds and -o are for --sensitivity", errUsage)
+	}
+	if given["seed"] && *sens {
+		return fmt.Errorf("%w: --sensitivity runs seeds 1..--seeds; --seed is for the single comparison", errUsage)
 	}
 	if parseOnly {
 		_, err := loadExperiment(pos, seed.value, *sets)
@@ -125,6 +130,11 @@ func (c fasterMoARuns) reduction(s results.SummaryRow) float64 {
 // fasterMoACompare simulates the experiment of pos (with sets) on the dense graph, its first
 // policy, and on the tree, every policy.
 func fasterMoACompare(pos []string, seed string, sets []string) (fasterMoARuns, error) {
+	if exp, err := loadExperiment(pos, seed, sets); err != nil {
+		return fasterMoARuns{}, err
+	} else if exp.Workload.Kind != experiments.KindTree {
+		return fasterMoARuns{}, fmt.Errorf("%w: %s: mosaic faster-moa needs a workload of kind \"tree\", not %q", errUsage, exp.File(), exp.Workload.Kind)
+	}
 	run := func(dense bool) (*experiments.Run, error) {
 		exp, err := loadExperiment(pos, seed, append([]string{fmt.Sprintf("workload.dense=%v", dense)}, sets...))
 		if err != nil {
@@ -223,6 +233,11 @@ func fasterMoASensitivity(stdout io.Writer, pos, sets []string, seeds int, out s
 	exp, err := loadExperiment(pos, "", sets)
 	if err != nil {
 		return err
+	}
+	if out != "" {
+		if err := os.MkdirAll(out, 0o755); err != nil { // before the runs, not after
+			return err
+		}
 	}
 	as := fasterMoAAssumptions(exp)
 	type variant struct {

@@ -58,7 +58,20 @@ func TestFasterMoASensitivity(t *testing.T) {
 		}
 	}
 
-	code, _, errOut = runCLI("faster-moa", fasterMoAExp, "-o", dir)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-o", dir}, "--seeds and -o are for --sensitivity"},
+		{[]string{"--seeds", "3"}, "--seeds and -o are for --sensitivity"},
+		{[]string{"--sensitivity", "--seed", "2"}, "--seed is for the single comparison"},
+		{[]string{"--sensitivity", "--seeds", "0"}, "--seeds must be positive"},
+	} {
+		code, _, errOut = runCLI(append([]string{"faster-moa", fasterMoAExp}, tc.args...)...)
+		assert.Equal(t, 2, code, tc.args)
+		assert.Contains(t, errOut, tc.want, tc.args)
+	}
+	code, _, errOut = runCLI("faster-moa", "../../experiments/quickstart.toml")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, errOut, "--seeds and -o are for --sensitivity")
+	assert.Contains(t, errOut, `needs a workload of kind "tree", not "moa"`)
 }

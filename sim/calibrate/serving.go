@@ -131,12 +131,12 @@ func (c servingCase) steadyStep(oIter, oSeq float64) (float64, error) {
 			return next, nil
 		}
 		if next > 10*step+1 {
-			break
+			return 0, fmt.Errorf("row %s (line %d): no steady step: the GPU cannot prefill %.0f prompts/s of %.0f tokens beside %.0f decoding sequences",
+				r.ID, r.Line, r.PromptsPerS, r.InputTokens, n)
 		}
 		step = next
 	}
-	return 0, fmt.Errorf("row %s (line %d): no steady step: the GPU cannot prefill %.0f prompts/s of %.0f tokens beside %.0f decoding sequences",
-		r.ID, r.Line, r.PromptsPerS, r.InputTokens, n)
+	return 0, fmt.Errorf("row %s (line %d): the steady step did not converge in 200 iterations (last %.3f ms)", r.ID, r.Line, step*1e3)
 }
 
 // ServingPrediction is one row's predicted step beside its measurement.
