@@ -240,14 +240,9 @@ func fasterMoASensitivity(stdout io.Writer, pos, sets []string, seeds int, out s
 		}
 	}
 	as := fasterMoAAssumptions(exp)
-	type variant struct {
-		a          experiments.Assumption
-		side, note string
-		assign     []string
-	}
-	vs := []variant{{side: "base", note: "as in the file"}}
+	vs := []fasterMoAVariant{{side: "base", note: "as in the file"}}
 	for _, a := range as {
-		vs = append(vs, variant{a, "low", a.LowLabel, a.Low}, variant{a, "high", a.HighLabel, a.High})
+		vs = append(vs, fasterMoAVariant{a, "low", a.LowLabel, a.Low}, fasterMoAVariant{a, "high", a.HighLabel, a.High})
 	}
 	var rows []results.SensitivityRow
 	var labels []string
@@ -280,30 +275,7 @@ func fasterMoASensitivity(stdout io.Writer, pos, sets []string, seeds int, out s
 		}
 		slog.Info("faster-moa sensitivity", "variant", vi+1, "of", len(vs), "elapsed", time.Since(start).Round(time.Millisecond))
 	}
-	fmt.Fprintf(stdout, "Faster-MoA's reductions of the mean latency over the dense graph, %s, mean of seeds 1-%d; each assumption moved alone\n", exp.Name, seeds)
-	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprint(tw, "assumption\tside\tsetting")
-	for _, l := range labels {
-		fmt.Fprintf(tw, "\t%s", l)
-	}
-	fmt.Fprintln(tw)
-	for vi, v := range vs {
-		name := v.a.Name
-		if v.side == "base" {
-			name = "(base)"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s", name, v.side, v.note)
-		for _, l := range labels {
-			fmt.Fprintf(tw, "\t%.1f%%", 100*mean[vi][l])
-		}
-		fmt.Fprintln(tw)
-	}
-	fmt.Fprint(tw, "Faster-MoA\t\t")
-	for _, l := range labels {
-		fmt.Fprintf(tw, "\t%s", orDefault(fasterMoAFigures[l], "-"))
-	}
-	fmt.Fprintln(tw)
-	if err := tw.Flush(); err != nil {
+	if err := writeFasterMoASensitivity(stdout, exp.Name, seeds, vs, labels, mean); err != nil {
 		return err
 	}
 	if out == "" {
@@ -327,4 +299,41 @@ func fasterMoASensitivity(stdout io.Writer, pos, sets []string, seeds int, out s
 // describeCluster is "6 x H200".
 func describeCluster(r *experiments.Resolved) string {
 	return fmt.Sprintf("%d x %s", r.Cluster.Workers, r.GPU.Name)
+}
+
+// fasterMoAVariant is one variant of the sensitivity analysis: an assumption at one side of
+// its range (the base: none), with its --set assignments.
+type fasterMoAVariant struct {
+	a          experiments.Assumption
+	side, note string
+	assign     []string
+}
+
+// writeFasterMoASensitivity prints each variant's mean reduction per technique (labels) over
+// the seeds, and the paper's figures.
+func writeFasterMoASensitivity(stdout io.Writer, name string, seeds int, vs []fasterMoAVariant, labels []string, mean map[int]map[string]float64) error {
+	fmt.Fprintf(stdout, "Faster-MoA's reductions of the mean latency over the dense graph, %s, mean of seeds 1-%d; each assumption moved alone\n", name, seeds)
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "assumption\tside\tsetting")
+	for _, l := range labels {
+		fmt.Fprintf(tw, "\t%s", l)
+	}
+	fmt.Fprintln(tw)
+	for vi, v := range vs {
+		name := v.a.Name
+		if v.side == "base" {
+			name = "(base)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s", name, v.side, v.note)
+		for _, l := range labels {
+			fmt.Fprintf(tw, "\t%.1f%%", 100*mean[vi][l])
+		}
+		fmt.Fprintln(tw)
+	}
+	fmt.Fprint(tw, "Faster-MoA\t\t")
+	for _, l := range labels {
+		fmt.Fprintf(tw, "\t%s", orDefault(fasterMoAFigures[l], "-"))
+	}
+	fmt.Fprintln(tw)
+	return tw.Flush()
 }
