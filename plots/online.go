@@ -271,25 +271,7 @@ func loadFigure(series []LoadSeries, opt Options) (*canvasFigure, string) {
 	if seeds.any() {
 		legend = append(legend, legendEntry{seeds.label(opt.Spread), errSwatch})
 	}
-	var rates []float64
-	for _, s := range series {
-		for _, pt := range s.Points {
-			if !slices.Contains(rates, pt.Rate) {
-				rates = append(rates, pt.Rate)
-			}
-		}
-	}
-	slices.Sort(rates)
-	ticks := make(plot.ConstantTicks, len(rates))
-	for i, r := range rates {
-		ticks[i] = plot.Tick{Value: r, Label: strconv.FormatFloat(r, 'g', 4, 64)}
-	}
-	for _, p := range []*plot.Plot{latP, sloP} {
-		p.X.Scale = plot.LogScale{}
-		p.X.Tick.Marker = ticks
-		p.X.Min, p.X.Max = rates[0]/1.15, rates[len(rates)-1]*1.15
-		horizontalGrid(p)
-	}
+	rateAxes(series, latP, sloP)
 	latP.Y.Min = 0
 	latP.Y.Tick.Marker = secondsTicks{}
 	sloP.Y.Min, sloP.Y.Max = -5, 105
@@ -304,6 +286,30 @@ func loadFigure(series []LoadSeries, opt Options) (*canvasFigure, string) {
 	}
 	f.panels = func(c draw.Canvas) { drawGrid(c, rows, 4) }
 	return f, ""
+}
+
+// rateAxes gives the panels a logarithmic x axis of arrival rates, ticked at every rate the
+// series were run at, with a horizontal grid.
+func rateAxes(series []LoadSeries, panels ...*plot.Plot) {
+	var rates []float64
+	for _, s := range series {
+		for _, pt := range s.Points {
+			if !slices.Contains(rates, pt.Rate) {
+				rates = append(rates, pt.Rate)
+			}
+		}
+	}
+	slices.Sort(rates)
+	ticks := make(plot.ConstantTicks, len(rates))
+	for i, r := range rates {
+		ticks[i] = plot.Tick{Value: r, Label: strconv.FormatFloat(r, 'g', 4, 64)}
+	}
+	for _, p := range panels {
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = ticks
+		p.X.Min, p.X.Max = rates[0]/1.15, rates[len(rates)-1]*1.15
+		horizontalGrid(p)
+	}
 }
 
 // secondsTicks labels a linear axis of seconds with thousands separators and no decimals.

@@ -657,14 +657,11 @@ func calibrateServing(stdout io.Writer, a *calibrateArgs, cat *sim.Catalog, prof
 	for i := range rows {
 		rows[i].InputTokens *= a.inputScale
 	}
-	before, err := calibrate.PredictServing(cat, prof, rows, nil)
-	if err != nil {
-		return err
-	}
 	fit, err := calibrate.FitServing(cat, prof, rows)
 	if err != nil {
 		return err
 	}
+	before := fit.Profile
 	modelName, gpuName := calibrate.DefaultDecodeModel, "H100-80GB"
 	if len(a.models) > 1 {
 		return fmt.Errorf("%w: calibrate serving takes one --model", errUsage)

@@ -130,22 +130,21 @@ func (c fasterMoARuns) reduction(s results.SummaryRow) float64 {
 // fasterMoACompare simulates the experiment of pos (with sets) on the dense graph, its first
 // policy, and on the tree, every policy.
 func fasterMoACompare(pos []string, seed string, sets []string) (fasterMoARuns, error) {
-	if exp, err := loadExperiment(pos, seed, sets); err != nil {
-		return fasterMoARuns{}, err
-	} else if exp.Workload.Kind != experiments.KindTree {
-		return fasterMoARuns{}, fmt.Errorf("%w: %s: mosaic faster-moa needs a workload of kind \"tree\", not %q", errUsage, exp.File(), exp.Workload.Kind)
-	}
 	run := func(dense bool) (*experiments.Run, error) {
-		exp, err := loadExperiment(pos, seed, append([]string{fmt.Sprintf("workload.dense=%v", dense)}, sets...))
+		exp, err := loadExperiment(pos, seed, sets)
 		if err != nil {
+			return nil, err
+		}
+		// The kind first: workload.dense applies to trees only.
+		if exp.Workload.Kind != experiments.KindTree {
+			return nil, fmt.Errorf("%w: %s: mosaic faster-moa needs a workload of kind \"tree\", not %q", errUsage, exp.File(), exp.Workload.Kind)
+		}
+		if err := exp.Set(fmt.Sprintf("workload.dense=%v", dense)); err != nil {
 			return nil, err
 		}
 		res, err := exp.Resolve()
 		if err != nil {
 			return nil, err
-		}
-		if res.Graph == nil || res.Graph.Kind != experiments.KindTree {
-			return nil, fmt.Errorf("%w: %s: mosaic faster-moa needs a workload of kind \"tree\"", errUsage, exp.File())
 		}
 		if res.Graph.Workload.Queries[len(res.Graph.Workload.Queries)-1].Arrival == 0 {
 			slog.Warn("the workload is an offline batch: Faster-MoA measures per-request latency at low load (set workload.arrival_rate)")

@@ -855,41 +855,7 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 		if !p.idle(wk) {
 			continue
 		}
-		var target *model
-		// Its own assigned models first, the one whose calls waited longest.
-		for _, m := range p.plan[wk.id] {
-			if m != wk.am && m.len() > 0 && (target == nil || m.since < target.since) {
-				target = m
-			}
-		}
-		if target == nil && wk.am != nil && !slices.Contains(p.plan[wk.id], wk.am) && len(p.plan[wk.id]) > 0 {
-			target = p.plan[wk.id][0] // a re-plan moved this worker
-		}
-		if target == nil {
-			// A model with calls waiting and no replica that no worker is assigned to (one
-			// assigned to a time-sharing worker waits for it, or for the patience to run out),
-			// else the deepest backlog.
-			var deepest *model
-			depth := 0.0
-			for _, m := range p.models {
-				n := m.len()
-				if n == 0 || m == wk.am || !m.runs[wk.id] {
-					continue
-				}
-				if m.replicas == 0 {
-					if !m.assigned {
-						deepest = m
-						break
-					}
-					continue
-				}
-				if d := float64(n) / float64(m.replicas*m.limit); p.opts.Steal > 0 && d > p.opts.Steal && d > depth {
-					deepest, depth = m, d
-				}
-			}
-			target = deepest
-		}
-		if target != nil && target != wk.am {
+		if target := p.idleTarget(wk); target != nil && target != wk.am {
 			move(wk, target)
 		}
 	}
@@ -938,6 +904,46 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 		acts = append(acts, p.drained(wk, v)...)
 	}
 	return acts
+}
+
+// idleTarget is the model an idle worker goes to: the next of its assigned models with calls
+// waiting (the one whose calls waited longest), its new model after a re-plan, a model with
+// calls waiting that no worker is assigned to, or the deepest backlog per replica (work
+// stealing); nil for none.
+func (p *Policy) idleTarget(wk *worker) *model {
+	var target *model
+	// Its own assigned models first, the one whose calls waited longest.
+	for _, m := range p.plan[wk.id] {
+		if m != wk.am && m.len() > 0 && (target == nil || m.since < target.since) {
+			target = m
+		}
+	}
+	if target != nil {
+		return target
+	}
+	if wk.am != nil && !slices.Contains(p.plan[wk.id], wk.am) && len(p.plan[wk.id]) > 0 {
+		return p.plan[wk.id][0] // a re-plan moved this worker
+	}
+	// A model with calls waiting and no replica that no worker is assigned to (one assigned to
+	// a time-sharing worker waits for it, or for the patience to run out), else the deepest
+	// backlog.
+	depth := 0.0
+	for _, m := range p.models {
+		n := m.len()
+		if n == 0 || m == wk.am || !m.runs[wk.id] {
+			continue
+		}
+		if m.replicas == 0 {
+			if !m.assigned {
+				return m
+			}
+			continue
+		}
+		if d := float64(n) / float64(m.replicas*m.limit); p.opts.Steal > 0 && d > p.opts.Steal && d > depth {
+			target, depth = m, d
+		}
+	}
+	return target
 }
 
 // better reports whether worker a should take a waiting model rather than b: one assigned

@@ -153,9 +153,10 @@ func (p ServingPrediction) ErrorPct() float64 { return 100 * (p.StepMS - p.Row.T
 type ServingFit struct {
 	// IterationMS and PerSeqMS are the fitted overheads, milliseconds.
 	IterationMS, PerSeqMS float64
-	// Fitted holds every row predicted with the fit; HeldOut every fit row predicted by a fit
-	// on the other fit rows (leave one out), in the rows' order.
-	Fitted, HeldOut []ServingPrediction
+	// Profile holds every row predicted with its GPU's profile overheads (before the fit);
+	// Fitted every row predicted with the fit; HeldOut every fit row predicted by a fit on the
+	// other fit rows (leave one out), in the rows' order.
+	Profile, Fitted, HeldOut []ServingPrediction
 }
 
 // servingCases binds each row to a cost model of its GPU, model (with the row's precisions)
@@ -223,8 +224,8 @@ const (
 
 // FitServing fits the engine's per-iteration and per-sequence overheads (both non-negative) to
 // the rows marked "fit", minimising the sum of squared relative errors of the predicted time
-// per output token, and predicts every row with the fit and every fit row with a fit on the
-// others. The GPU part of each step is the cost model's with prof's coefficients.
+// per output token, and predicts every row with the profile's overheads and with the fit, and
+// every fit row with a fit on the others. The GPU part of each step is the cost model's with prof's coefficients.
 func FitServing(cat *sim.Catalog, prof *sim.Profile, rows []ServingRow) (ServingFit, error) {
 	cases, err := servingCases(cat, prof, rows)
 	if err != nil {
@@ -251,6 +252,9 @@ func FitServing(cat *sim.Catalog, prof *sim.Profile, rows []ServingRow) (Serving
 		return ServingFit{}, err
 	}
 	fit := ServingFit{IterationMS: it, PerSeqMS: seq}
+	if fit.Profile, err = predictCases(cases, nil); err != nil {
+		return ServingFit{}, err
+	}
 	if fit.Fitted, err = predictCases(cases, &Overheads{it, seq}); err != nil {
 		return ServingFit{}, err
 	}

@@ -90,6 +90,9 @@ func TestFitServingRecovers(t *testing.T) {
 	assert.InDelta(t, 3, fit.IterationMS, 0.05)
 	assert.InDelta(t, 0.02, fit.PerSeqMS, 0.001)
 	require.Len(t, fit.Fitted, 4)
+	profile, err := calibrate.PredictServing(cat, prof, rows, nil)
+	require.NoError(t, err)
+	assert.Equal(t, profile, fit.Profile, "the rows before the fit, with the profile's overheads")
 	require.Len(t, fit.HeldOut, 3, "only fit rows are held out")
 	for _, p := range append(fit.Fitted, fit.HeldOut...) {
 		assert.InDelta(t, 0, p.ErrorPct(), 0.5, p.Row.ID)
