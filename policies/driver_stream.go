@@ -115,7 +115,7 @@ func (d *Driver) Stream(sink Sink, slo SLO) {
 	// window needs of it: room for all at once.
 	t := d.out.tally
 	t.lat, t.ttft, t.queue = make([]time.Duration, 0, d.nq), make([]time.Duration, 0, d.nq), make([]time.Duration, 0, d.nq)
-	t.window = make([]windowQuery, 0, d.nq)
+	t.arrival, t.metBits = make([]time.Duration, 0, d.nq), make([]uint64, 0, (d.nq+63)/64)
 	for w := range d.out.lines {
 		d.out.lines[w].w = WorkerID(w)
 	}

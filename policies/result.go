@@ -253,7 +253,8 @@ func (r *Result) fold(slo SLO) *Tally {
 // Tally folds a run's calls and queries into its headline figures as they come, without
 // holding their records: a streamed run's summary (Driver.Stream), and, over a held Result's
 // records, Result.Summary. Only the queries' latencies are kept (24 bytes a query), for their
-// exact percentiles.
+// exact percentiles, and in a streamed run each query's arrival and SLO bit for the
+// steady-state window (32 bytes a query in all).
 type Tally struct {
 	workers int
 	slo     SLO
@@ -273,10 +274,14 @@ type Tally struct {
 	ends [][]time.Duration
 	// firstErr is the first failed call's error that says one.
 	firstErr string
-	// window holds what a steady-state window needs of each query (Result.Window), in a
-	// streamed run's tally (stream).
-	window []windowQuery
-	stream bool
+	// A streamed run's tally (stream) keeps, for the steady-state window (Result.Window),
+	// each query's arrival and whether it met the SLO (a bit of met, by query order); its
+	// latencies stay in that order (stats holds their summaries once computed), so that the
+	// window reads its queries' ends and first tokens from them: 32 bytes a query in all.
+	arrival []time.Duration
+	metBits []uint64
+	stats   *[3]LatencyStats
+	stream  bool
 }
 
 // NewTally returns an empty tally of a run on workers workers whose queries are held to slo.
@@ -340,9 +345,18 @@ func (t *Tally) Query(q QueryOutcome) {
 		t.met++
 	}
 	if t.stream {
-		t.window = append(t.window, newWindowQuery(q, t.slo))
+		if i := len(t.arrival); i%64 == 0 {
+			t.metBits = append(t.metBits, 0)
+		}
+		if t.slo.Met(q) {
+			t.metBits[len(t.arrival)/64] |= 1 << (len(t.arrival) % 64)
+		}
+		t.arrival = append(t.arrival, q.Arrival)
 	}
 }
+
+// metAt reports whether the i-th query of a streamed tally met the SLO.
+func (t *Tally) metAt(i int) bool { return t.metBits[i/64]&(1<<(i%64)) != 0 }
 
 // summary computes the headline figures with the run's loads and the accuracy of always
 // aggregating.
@@ -354,7 +368,7 @@ func (t *Tally) summary(loads []LoadRecord, always float64) Summary {
 		s.E2E = max(s.E2E, l.End)
 	}
 	s.AggregatorStage = s.E2E - s.ExpertStage
-	s.Latency, s.TTFT, s.Queue = latencyStats(t.lat), latencyStats(t.ttft), latencyStats(t.queue)
+	s.Latency, s.TTFT, s.Queue = t.latencyStats()
 	if s.Queries > 0 {
 		if span := (t.last - t.first).Seconds(); span > 0 {
 			s.Throughput = float64(s.Queries) / span
@@ -366,6 +380,23 @@ func (t *Tally) summary(loads []LoadRecord, always float64) Summary {
 		s.GPUBusyFrac = t.busy.Seconds() / (float64(t.workers) * s.E2E.Seconds())
 	}
 	return s
+}
+
+// latencyStats summarises the queries' latencies, times to first token and queueing delays. A
+// held run's tally sorts them in place; a streamed run's keeps them in query order for its
+// window, sorts copies in one buffer and keeps the summaries.
+func (t *Tally) latencyStats() (lat, ttft, queue LatencyStats) {
+	if !t.stream {
+		return latencyStats(t.lat), latencyStats(t.ttft), latencyStats(t.queue)
+	}
+	if t.stats == nil {
+		buf := make([]time.Duration, len(t.lat))
+		t.stats = new([3]LatencyStats)
+		for i, d := range [][]time.Duration{t.lat, t.ttft, t.queue} {
+			t.stats[i] = latencyStats(buf[:copy(buf, d)])
+		}
+	}
+	return t.stats[0], t.stats[1], t.stats[2]
 }
 
 // attainment is Result.Attainment under the tally's SLO.

@@ -45,7 +45,7 @@ func newWindowQuery(q QueryOutcome, slo SLO) windowQuery {
 // was given (Driver.Stream) whatever o says.
 func (r *Result) Window(warmup float64, o SLO) Window {
 	if r.tally != nil {
-		return window(r.tally.window, warmup, r.tally.slo.Set())
+		return r.tally.window(warmup)
 	}
 	qs := make([]windowQuery, len(r.Queries))
 	for i, q := range r.Queries {
@@ -84,6 +84,51 @@ func window(qs []windowQuery, warmup float64, slo bool) Window {
 	}
 	if slo {
 		w.SLOAttainment = float64(met) / float64(len(in))
+		if span := (w.End - w.Start).Seconds(); span > 0 {
+			w.Goodput = float64(met) / span
+		}
+	}
+	return w
+}
+
+// window is the steady-state window of a streamed tally's queries, leaving out the warmup
+// share: window's figures, read from the queries' latencies in query order, whose arrivals
+// a streamed workload keeps in order (otherwise the queries are sorted as window sorts them).
+func (t *Tally) window(warmup float64) Window {
+	n := len(t.arrival)
+	if !slices.IsSorted(t.arrival) {
+		qs := make([]windowQuery, n)
+		for i, a := range t.arrival {
+			qs[i] = windowQuery{arrival: a, end: a + t.lat[i], firstToken: a + t.ttft[i], met: t.metAt(i)}
+		}
+		return window(qs, warmup, t.slo.Set())
+	}
+	skip := int(math.Ceil(warmup * float64(n)))
+	if skip >= n {
+		return Window{SLOAttainment: nan(), Goodput: nan(), Throughput: nan()}
+	}
+	w := Window{Start: t.arrival[skip], End: t.arrival[n-1], Queries: n - skip, SLOAttainment: nan(), Goodput: nan(), Throughput: nan()}
+	// Seconds keep the durations' order, so these are NewLatencyStats of the seconds.
+	buf := make([]time.Duration, n-skip)
+	w.Latency = latencyStats(buf[:copy(buf, t.lat[skip:])])
+	w.TTFT = latencyStats(buf[:copy(buf, t.ttft[skip:])])
+	met := 0
+	for i := skip; i < n; i++ {
+		if t.metAt(i) {
+			met++
+		}
+	}
+	if span := (w.End - w.Start).Seconds(); span > 0 {
+		done := 0
+		for i, a := range t.arrival {
+			if end := a + t.lat[i]; end >= w.Start && end <= w.End {
+				done++
+			}
+		}
+		w.Throughput = float64(done) / span
+	}
+	if t.slo.Set() {
+		w.SLOAttainment = float64(met) / float64(n-skip)
 		if span := (w.End - w.Start).Seconds(); span > 0 {
 			w.Goodput = float64(met) / span
 		}

@@ -1,7 +1,9 @@
 package policies
 
 import (
+	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -46,4 +48,41 @@ func TestWindow(t *testing.T) {
 	all := res.Window(0, slo)
 	assert.Equal(t, 5, all.Queries)
 	assert.Equal(t, time.Duration(0), all.Start)
+}
+
+// TestStreamedWindowInOrder checks the window a streamed tally reads from its latencies in
+// query order (arrivals in order, with ties) against the held result's, for several warm-ups,
+// after the summary was computed (which must leave that order alone), and that its summary's
+// latencies match the held one's.
+func TestStreamedWindowInOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	slo := SLO{E2E: 40 * time.Second, TTFT: 20 * time.Second}
+	res := &Result{}
+	tally := &Tally{slo: slo, stream: true}
+	at := time.Duration(0)
+	for range 1000 {
+		if r.IntN(4) > 0 {
+			at += time.Duration(r.Int64N(int64(3 * time.Second)))
+		}
+		q := QueryOutcome{Arrival: at, FirstToken: at + time.Duration(r.Int64N(int64(30*time.Second))), Queue: time.Duration(r.Int64N(int64(time.Second)))}
+		q.End = q.FirstToken + time.Duration(r.Int64N(int64(30*time.Second)))
+		res.Queries = append(res.Queries, q)
+		tally.Query(q)
+	}
+	streamed := &Result{tally: tally}
+	held := res.Summary()
+	got := streamed.Summary()
+	assert.Equal(t, held.Latency, got.Latency)
+	assert.Equal(t, held.TTFT, got.TTFT)
+	assert.Equal(t, held.Queue, got.Queue)
+	// (Printed: NaNs, of a one-query window's rates, compare equal so.)
+	for _, warmup := range []float64{0, 0.2, 0.5, 0.999} {
+		want := res.Window(warmup, slo)
+		assert.Equal(t, fmt.Sprintf("%+v", want), fmt.Sprintf("%+v", streamed.Window(warmup, SLO{})), "warm-up %v", warmup)
+		if warmup < 0.9 {
+			assert.Positive(t, want.Throughput, "warm-up %v", warmup)
+			assert.Positive(t, want.SLOAttainment, "warm-up %v", warmup)
+		}
+	}
+	assert.Equal(t, fmt.Sprintf("%+v", got), fmt.Sprintf("%+v", streamed.Summary()), "the summary a second time")
 }

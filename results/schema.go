@@ -461,12 +461,12 @@ func (s *lineSink) num(v int) {
 
 func (s *lineSink) secs(v float64) {
 	s.sep()
-	s.b = strconv.AppendFloat(s.b, v, 'f', 6, 64)
+	s.b = appendFixed(s.b, v, 6)
 }
 
 func (s *lineSink) ratio(v float64) {
 	s.sep()
-	s.b = strconv.AppendFloat(s.b, v, 'f', 4, 64)
+	s.b = appendFixed(s.b, v, 4)
 }
 
 // csvNeedsQuotes is encoding/csv's rule (Writer.fieldNeedsQuotes with Comma ','): a field
