@@ -28,7 +28,8 @@ func TestAppendFixedMatchesStrconv(t *testing.T) {
 			tie := (k + 0.5) / scale
 			vals = append(vals, tie, math.Nextafter(tie, 0), math.Nextafter(tie, math.Inf(1)), k/scale)
 		}
-		vals = append(vals, r.Float64()*2e6, r.Float64(), r.ExpFloat64()*100, -r.Float64())
+		vals = append(vals, r.Float64()*2e6, r.Float64(), r.ExpFloat64()*100, -r.Float64(),
+			math.Ldexp(r.Float64()+1, 20+r.IntN(30))) // 1e6 to 1e15: past where the product is close enough
 	}
 	for _, prec := range []int{0, 1, 4, 6} {
 		for _, v := range vals {
