@@ -345,14 +345,20 @@ func (t *Tally) Query(q QueryOutcome) {
 		t.met++
 	}
 	if t.stream {
-		if i := len(t.arrival); i%64 == 0 {
-			t.metBits = append(t.metBits, 0)
-		}
-		if t.slo.Met(q) {
-			t.metBits[len(t.arrival)/64] |= 1 << (len(t.arrival) % 64)
-		}
-		t.arrival = append(t.arrival, q.Arrival)
+		t.addArrival(q.Arrival, t.slo.Met(q))
 	}
+}
+
+// addArrival adds a query's arrival and whether it met the SLO (a streamed tally).
+func (t *Tally) addArrival(at time.Duration, met bool) {
+	i := len(t.arrival)
+	if i%64 == 0 {
+		t.metBits = append(t.metBits, 0)
+	}
+	if met {
+		t.metBits[i/64] |= 1 << (i % 64)
+	}
+	t.arrival = append(t.arrival, at)
 }
 
 // metAt reports whether the i-th query of a streamed tally met the SLO.

@@ -29,79 +29,30 @@ type Window struct {
 	SLOAttainment, Goodput, Throughput float64
 }
 
-// windowQuery is what a window keeps of a query.
-type windowQuery struct {
-	arrival, end, firstToken time.Duration
-	met                      bool
-}
-
-// newWindowQuery is q as a window sees it under slo.
-func newWindowQuery(q QueryOutcome, slo SLO) windowQuery {
-	return windowQuery{arrival: q.Arrival, end: q.End, firstToken: q.FirstToken, met: slo.Met(q)}
-}
-
 // Window computes the run's steady-state window, leaving out the warmup share (in [0, 1)) of
 // its queries, the first to arrive, under slo. A streamed Result answers under the SLO its run
-// was given (Driver.Stream) whatever o says.
+// was given (Driver.Stream) whatever o says; a held one folds its queries, in order of arrival,
+// as a streamed run's tally would.
 func (r *Result) Window(warmup float64, o SLO) Window {
 	if r.tally != nil {
 		return r.tally.window(warmup)
 	}
-	qs := make([]windowQuery, len(r.Queries))
-	for i, q := range r.Queries {
-		qs[i] = newWindowQuery(q, o)
+	qs := slices.Clone(r.Queries)
+	slices.SortStableFunc(qs, func(a, b QueryOutcome) int { return cmp.Compare(a.Arrival, b.Arrival) })
+	t := &Tally{slo: o, stream: true}
+	for _, q := range qs {
+		t.Query(q)
 	}
-	return window(qs, warmup, o.Set())
-}
-
-// window computes the window of qs (reordered by arrival in place).
-func window(qs []windowQuery, warmup float64, slo bool) Window {
-	slices.SortStableFunc(qs, func(a, b windowQuery) int { return cmp.Compare(a.arrival, b.arrival) })
-	skip := int(math.Ceil(warmup * float64(len(qs))))
-	if skip >= len(qs) {
-		return Window{SLOAttainment: nan(), Goodput: nan(), Throughput: nan()}
-	}
-	in := qs[skip:]
-	w := Window{Start: in[0].arrival, End: in[len(in)-1].arrival, Queries: len(in), SLOAttainment: nan(), Goodput: nan(), Throughput: nan()}
-	lat := make([]float64, len(in))
-	ttft := make([]float64, len(in))
-	met := 0
-	for i, q := range in {
-		lat[i], ttft[i] = (q.end - q.arrival).Seconds(), (q.firstToken - q.arrival).Seconds()
-		if q.met {
-			met++
-		}
-	}
-	w.Latency, w.TTFT = NewLatencyStats(lat), NewLatencyStats(ttft)
-	if span := (w.End - w.Start).Seconds(); span > 0 {
-		done := 0
-		for _, q := range qs {
-			if q.end >= w.Start && q.end <= w.End {
-				done++
-			}
-		}
-		w.Throughput = float64(done) / span
-	}
-	if slo {
-		w.SLOAttainment = float64(met) / float64(len(in))
-		if span := (w.End - w.Start).Seconds(); span > 0 {
-			w.Goodput = float64(met) / span
-		}
-	}
-	return w
+	return t.window(warmup)
 }
 
 // window is the steady-state window of a streamed tally's queries, leaving out the warmup
-// share: window's figures, read from the queries' latencies in query order, whose arrivals
-// a streamed workload keeps in order (otherwise the queries are sorted as window sorts them).
+// share, read from the queries' latencies in query order, whose arrivals a streamed workload
+// keeps in order (otherwise it reads a copy in order of arrival).
 func (t *Tally) window(warmup float64) Window {
 	n := len(t.arrival)
 	if !slices.IsSorted(t.arrival) {
-		qs := make([]windowQuery, n)
-		for i, a := range t.arrival {
-			qs[i] = windowQuery{arrival: a, end: a + t.lat[i], firstToken: a + t.ttft[i], met: t.metAt(i)}
-		}
-		return window(qs, warmup, t.slo.Set())
+		return t.byArrival().window(warmup)
 	}
 	skip := int(math.Ceil(warmup * float64(n)))
 	if skip >= n {
@@ -134,4 +85,20 @@ func (t *Tally) window(warmup float64) Window {
 		}
 	}
 	return w
+}
+
+// byArrival is what a window reads of the tally (arrivals, latencies, times to first token,
+// SLO bits), its queries in order of arrival (stable).
+func (t *Tally) byArrival() *Tally {
+	order := make([]int, len(t.arrival))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(t.arrival[a], t.arrival[b]) })
+	s := &Tally{slo: t.slo, stream: true}
+	for _, i := range order {
+		s.lat, s.ttft = append(s.lat, t.lat[i]), append(s.ttft, t.ttft[i])
+		s.addArrival(t.arrival[i], t.metAt(i))
+	}
+	return s
 }
