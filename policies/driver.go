@@ -473,7 +473,7 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 		if err != nil {
 			return nil, err
 		}
-		derived, err := d.handle(ev)
+		derived, err := d.handle(&ev)
 		if err == nil {
 			err = d.fatal
 		}
@@ -600,8 +600,10 @@ func (d *Driver) stalled() error {
 		d.policy.Name(), d.backend.Now(), d.pending, ready, detail, waiting, inflight)
 }
 
-// handle updates the state for a backend event and returns the events it causes.
-func (d *Driver) handle(ev Event) ([]Event, error) {
+// handle updates the state for a backend event and returns the events it causes. A call's
+// event leaves it carrying the Driver's reference to the call (CallRef's every field, as the
+// policy hears it in its other events), in place of the backend's.
+func (d *Driver) handle(ev *Event) ([]Event, error) {
 	switch ev.Kind {
 	case EventTimer:
 		return d.timersDue(ev.At)
@@ -638,9 +640,9 @@ func (d *Driver) handle(ev Event) ([]Event, error) {
 			return nil, d.dropped(id)
 		}
 		if id := ev.Call.ID; d.inWindow(id) && d.cs(id).status == callCancelling {
-			return nil, d.stopped(&ev)
+			return nil, d.stopped(ev)
 		}
-		return d.finish(&ev)
+		return d.finish(ev)
 	case EventCancelled:
 		if ev.Call != nil && d.inWindow(ev.Call.ID) && d.cs(ev.Call.ID).aborting {
 			return nil, d.dropped(ev.Call.ID)
@@ -648,7 +650,7 @@ func (d *Driver) handle(ev Event) ([]Event, error) {
 		if ev.Call == nil || !d.inWindow(ev.Call.ID) || d.cs(ev.Call.ID).status != callCancelling {
 			return nil, fmt.Errorf("backend reported a call cancelled that was not being cancelled (%+v)", ev.Call)
 		}
-		return nil, d.stopped(&ev)
+		return nil, d.stopped(ev)
 	}
 	return nil, fmt.Errorf("backend sent unexpected %s event", ev.Kind)
 }

@@ -415,3 +415,52 @@ func TestPoliciesOnGraphs(t *testing.T) {
 		}
 	}
 }
+
+// refWatcher runs round-robin and keeps the reference of each call as the policy heard it
+// released and as it heard it end.
+type refWatcher struct {
+	policies.Policy
+	released, ended map[int]policies.CallRef
+}
+
+func (w *refWatcher) Start(v policies.View) ([]policies.Action, error) {
+	for _, c := range v.Ready() {
+		w.released[c.ID] = c
+	}
+	return w.Policy.Start(v)
+}
+
+func (w *refWatcher) OnEvent(e policies.Event, v policies.View) []policies.Action {
+	switch e.Kind {
+	case policies.EventReleased:
+		for _, c := range e.Calls {
+			w.released[c.ID] = c
+		}
+	case policies.EventDone:
+		w.ended[e.Call.ID] = *e.Call
+	}
+	return w.Policy.OnEvent(e, v)
+}
+
+// TestPolicyHearsDriversReferenceOnDone checks that a call's EventDone carries the Driver's
+// reference, as the call was released (final, ready time, inputs, confidence), not the
+// backend's, which knows only the call's labels.
+func TestPolicyHearsDriversReferenceOnDone(t *testing.T) {
+	wl := workload(12, 3, 3, func(q, i int) int { return 60 + 10*i }, 2)
+	w := &refWatcher{Policy: roundrobin.New(), released: map[int]policies.CallRef{}, ended: map[int]policies.CallRef{}}
+	res := run(t, w, policies.NeverSkip(), wl, 3, 3)
+	require.Len(t, w.ended, len(res.Calls))
+	finals := 0
+	for id, got := range w.ended {
+		want, ok := w.released[id]
+		require.True(t, ok, "call %d ended without being released", id)
+		assert.Equal(t, want, got, "call %d", id)
+		if got.Final {
+			finals++
+			assert.Equal(t, 3, got.Inputs, "aggregator %d", id)
+			assert.Positive(t, got.Confidence, "aggregator %d", id)
+			assert.Positive(t, got.Ready, "aggregator %d", id)
+		}
+	}
+	assert.Equal(t, 12, finals, "every aggregator's end says it is final")
+}

@@ -111,7 +111,9 @@ type Event struct {
 	Model  string
 	// Call is the finished (or failed) call of EventDone and EventFailed, the skipped call of
 	// EventSkipped. A backend's reference is valid until its next call to Next (the simulated
-	// cluster reuses it for a later call): copy the CallRef to keep it.
+	// cluster reuses it for a later call), and labels the call only; the policies' Driver
+	// replaces it with its own before the policy hears the event, every field set as when the
+	// call was released (final, ready, inputs, confidence), and never rewritten.
 	Call *CallRef
 	// Timing of a finished call, filled by the backend.
 	Timing CallTiming

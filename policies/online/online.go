@@ -686,6 +686,9 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 	case policies.EventReleased:
 		p.enqueue(e.Calls)
 	case policies.EventSkipped:
+		if e.Call.Final {
+			p.arrival.Set(e.Call.Query, -1) // as for a final call queued: no more ordering
+		}
 		p.forget(e.Call)
 	case policies.EventCancelled:
 		if e.Worker < 0 {

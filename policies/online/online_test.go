@@ -180,3 +180,20 @@ func TestOnlineLeastOutstanding(t *testing.T) {
 	assert.InDelta(t, 350, p.workers[0].outstanding, 1e-9)
 	assert.InDelta(t, 200, p.workers[1].outstanding, 1e-9)
 }
+
+// TestOnlineForgetsFinishedQueries checks that, once a run is over, the policy keeps nothing
+// by query or call ID: what it keeps of a query goes when its final call is queued or skipped
+// (a run of a million queries must not grow with them), in each order.
+func TestOnlineForgetsFinishedQueries(t *testing.T) {
+	for _, order := range []string{OrderDeepest, OrderPLAS} {
+		t.Run(order, func(t *testing.T) {
+			p := New(Options{Order: order})
+			res := policytest.RunLargeWith(t, p, false)
+			require.Positive(t, res.Summary().AggregatorSkipped, "the run skips aggregators")
+			for name, s := range map[string]interface{ Pages() int }{"arrival": &p.arrival, "flight": &p.flight,
+				"service": &p.service, "waited": &p.waited, "before": &p.before, "unsent": &p.unsent} {
+				assert.Zero(t, s.Pages(), "%s still holds pages of entries after the run", name)
+			}
+		})
+	}
+}
