@@ -112,10 +112,8 @@ func (d *Driver) Stream(sink Sink, slo SLO) {
 		d.out.models = append(d.out.models, m.Name)
 	}
 	// Every query's latencies are kept (for their exact percentiles), and what the steady-state
-	// window needs of it: room for all at once.
-	t := d.out.tally
-	t.lat, t.ttft, t.queue = make([]time.Duration, 0, d.nq), make([]time.Duration, 0, d.nq), make([]time.Duration, 0, d.nq)
-	t.arrival, t.metBits = make([]time.Duration, 0, d.nq), make([]uint64, 0, (d.nq+63)/64)
+	// window needs of it: room for all at once, outside the collected heap (see Tally).
+	d.out.tally.reserve(d.nq)
 	for w := range d.out.lines {
 		d.out.lines[w].w = WorkerID(w)
 	}

@@ -3,8 +3,11 @@ package policies
 import (
 	"cmp"
 	"math"
+	"runtime"
 	"slices"
 	"time"
+
+	"github.com/mosaic-sched/mosaic/internal/offheap"
 )
 
 // DefaultWarmup is the share of an online run's queries, the first to arrive, that its
@@ -50,6 +53,7 @@ func (r *Result) Window(warmup float64, o SLO) Window {
 // share, read from the queries' latencies in query order, whose arrivals a streamed workload
 // keeps in order (otherwise it reads a copy in order of arrival).
 func (t *Tally) window(warmup float64) Window {
+	defer runtime.KeepAlive(t) // its columns may be off the heap (Tally.reserve)
 	n := len(t.arrival)
 	if !slices.IsSorted(t.arrival) {
 		return t.byArrival().window(warmup)
@@ -60,9 +64,10 @@ func (t *Tally) window(warmup float64) Window {
 	}
 	w := Window{Start: t.arrival[skip], End: t.arrival[n-1], Queries: n - skip, SLOAttainment: nan(), Goodput: nan(), Throughput: nan()}
 	// Seconds keep the durations' order, so these are NewLatencyStats of the seconds.
-	buf := make([]time.Duration, n-skip)
+	buf, release := offheap.Make[time.Duration](n-skip, n-skip)
 	w.Latency = latencyStats(buf[:copy(buf, t.lat[skip:])])
 	w.TTFT = latencyStats(buf[:copy(buf, t.ttft[skip:])])
+	release()
 	met := 0
 	for i := skip; i < n; i++ {
 		if t.metAt(i) {
