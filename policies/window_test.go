@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 	"time"
 
@@ -55,12 +56,28 @@ func TestWindow(t *testing.T) {
 // after the summary was computed (which must leave that order alone), and that its summary's
 // latencies match the held one's.
 func TestStreamedWindowInOrder(t *testing.T) {
+	// A run's tally on the heap, and one whose columns are reserved for its queries, which
+	// for this many go outside the heap (Tally.reserve).
+	for _, tc := range []struct {
+		queries int
+		reserve bool
+	}{{1000, false}, {200_000, true}} {
+		t.Run(fmt.Sprint(tc.queries), func(t *testing.T) { checkStreamedWindow(t, tc.queries, tc.reserve) })
+	}
+	runtime.GC() // the reserved columns' cleanup may run
+	runtime.GC()
+}
+
+func checkStreamedWindow(t *testing.T, queries int, reserve bool) {
 	r := rand.New(rand.NewPCG(3, 4))
 	slo := SLO{E2E: 40 * time.Second, TTFT: 20 * time.Second}
 	res := &Result{}
 	tally := &Tally{slo: slo, stream: true}
+	if reserve {
+		tally.reserve(queries)
+	}
 	at := time.Duration(0)
-	for range 1000 {
+	for i := range queries {
 		if r.IntN(4) > 0 {
 			at += time.Duration(r.Int64N(int64(3 * time.Second)))
 		}
@@ -68,9 +85,13 @@ func TestStreamedWindowInOrder(t *testing.T) {
 		q.End = q.FirstToken + time.Duration(r.Int64N(int64(30*time.Second)))
 		res.Queries = append(res.Queries, q)
 		tally.Query(q)
+		if i%(queries/4) == 0 {
+			runtime.GC()
+		}
 	}
 	streamed := &Result{tally: tally}
 	held := res.Summary()
+	runtime.GC()
 	got := streamed.Summary()
 	assert.Equal(t, held.Latency, got.Latency)
 	assert.Equal(t, held.TTFT, got.TTFT)
