@@ -615,9 +615,10 @@ func (d *Driver) handle(ev *Event) ([]Event, error) {
 		}
 		delete(ws.loading, ev.Model)
 		ws.holds = append(ws.holds, ev.Model)
-		d.loads = append(d.loads, LoadRecord{Worker: ev.Worker, Model: ev.Model, Start: start, End: ev.At})
-		if d.out != nil {
-			d.loaded(d.loads[len(d.loads)-1])
+		if l := (LoadRecord{Worker: ev.Worker, Model: ev.Model, Start: start, End: ev.At}); d.out != nil {
+			d.loaded(l)
+		} else {
+			d.loads = append(d.loads, l)
 		}
 		d.loadsIdle++
 		if limit := 8*d.workers*len(d.models) + 16; d.loadsIdle > limit {

@@ -97,8 +97,9 @@ type Sink interface {
 }
 
 // Stream hands the run's records to sink as they become final instead of keeping them: the
-// Result then holds no calls, queries or intervals, only the loads and the summary of the
-// rest (Summary, Attainment under slo), folded as they went. Call it before Run.
+// Result then holds no calls, queries, loads or intervals, only their summary (Summary,
+// Attainment under slo), folded as they went; the loads go to the sink as the workers'
+// intervals of kind "load". Call it before Run.
 //
 // A worker's interval is final once no call in flight or still to come can start before it
 // ends. A call cancelled after it was submitted may report that it started at 0 (a call
@@ -318,6 +319,7 @@ func (o *streamOut) emit(iv Interval) error {
 func (d *Driver) loaded(l LoadRecord) {
 	d.out.end = max(d.out.end, l.End)
 	d.out.lines[l.Worker].addLoad(l)
+	d.out.tally.load(l)
 }
 
 // result is what the run produced: every query has left the window (retire, forced) and, for

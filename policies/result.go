@@ -75,7 +75,7 @@ type Result struct {
 	Threshold float64
 	Workers   int
 	Calls     []CallRecord // in call-id order
-	Loads     []LoadRecord // in completion order
+	Loads     []LoadRecord // in completion order (none when streamed: see Driver.Stream)
 	Queries   []QueryOutcome
 	// AlwaysAggregate is the accuracy the workload's aggregator answers give when every query
 	// is aggregated (NaN when no query has a gold answer).
@@ -272,6 +272,10 @@ type Tally struct {
 	met         int
 	// busy is the workers' busy time (a streamed run's, from its intervals).
 	busy time.Duration
+	// loads counts a streamed run's model loads and loadEnd is when the last one ended (a
+	// held run's are in Result.Loads).
+	loads   int
+	loadEnd time.Duration
 	// ends holds, by layer and worker, when the last call of the layer ended there.
 	ends [][]time.Duration
 	// firstErr is the first failed call's error that says one.
@@ -379,6 +383,12 @@ func (t *Tally) Query(q QueryOutcome) {
 	}
 }
 
+// load adds a model load (a streamed run's; a held Result keeps its loads).
+func (t *Tally) load(l LoadRecord) {
+	t.loads++
+	t.loadEnd = max(t.loadEnd, l.End)
+}
+
 // addArrival adds a query's arrival and whether it met the SLO (a streamed tally).
 func (t *Tally) addArrival(at time.Duration, met bool) {
 	i := len(t.arrival)
@@ -398,8 +408,8 @@ func (t *Tally) metAt(i int) bool { return t.metBits[i/64]&(1<<(i%64)) != 0 }
 // aggregating.
 func (t *Tally) summary(loads []LoadRecord, always float64) Summary {
 	s := t.s
-	s.ModelLoads = len(loads)
-	s.E2E, s.ExpertStage = t.e2e, t.stage
+	s.ModelLoads = len(loads) + t.loads
+	s.E2E, s.ExpertStage = max(t.e2e, t.loadEnd), t.stage
 	for _, l := range loads {
 		s.E2E = max(s.E2E, l.End)
 	}
