@@ -41,17 +41,23 @@ func TestEmulatorHonoursPriority(t *testing.T) {
 		}
 	}()
 
+	// Each waiting request runs 300 tokens (tens of ms of real time), so that the order in
+	// which they started shows in when their first tokens reach the client, however late
+	// the test's goroutines are scheduled (the order they finished in, as seen by the
+	// client, did not: C's reader could be held up past B's few tokens).
+	const tokens = 300
 	var mu sync.Mutex
-	var done []string
+	started := map[string]time.Time{}
 	var wg sync.WaitGroup
 	send := func(name string, priority int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got := readStream(t, post(t, context.Background(), s.URL()+"/v1/completions", withPriority(10, 5, priority)), time.Now())
-			assert.Equal(t, 5, got.tokens)
+			sent := time.Now()
+			got := readStream(t, post(t, context.Background(), s.URL()+"/v1/completions", withPriority(10, tokens, priority)), sent)
+			assert.Equal(t, tokens, got.tokens)
 			mu.Lock()
-			done = append(done, name)
+			started[name] = sent.Add(got.firstToken)
 			mu.Unlock()
 		}()
 	}
@@ -60,7 +66,9 @@ func TestEmulatorHonoursPriority(t *testing.T) {
 	send("C", -1)
 	require.Eventually(t, func() bool { return metric(t, s.URL(), "vllm:num_requests_waiting") == 2 }, 5*time.Second, 2*time.Millisecond)
 	wg.Wait()
-	assert.Equal(t, []string{"C", "B"}, done, "C (priority -1) is served before B (priority 5), which arrived first")
+	require.Len(t, started, 2)
+	assert.True(t, started["C"].Before(started["B"]), "C (priority -1) starts before B (priority 5), which arrived first: first tokens at %v and %v",
+		started["C"].Format(time.StampMicro), started["B"].Format(time.StampMicro))
 }
 
 // An emulator that schedules first come first served (vLLM's default) refuses a request with a
