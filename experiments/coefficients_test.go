@@ -14,6 +14,7 @@ import (
 // naming the GPU it borrows from and the key that chose it; one with its own (or like another
 // by design) does not.
 func TestBorrowedCoefficientsWarnOnce(t *testing.T) {
+	warnedBorrow.Clear() // once per process: forget what earlier tests (or runs of this one) warned about
 	var logs bytes.Buffer
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
