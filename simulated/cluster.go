@@ -145,16 +145,16 @@ func (c *Cluster) newCallInfo() *callInfo {
 }
 
 type worker struct {
-	id      int
-	engines map[string]*engine
-	order   []*engine // the engines of engines in load order, for deterministic iteration
+	id int
+	// order holds the engines of the models loaded, in load order.
+	order []*engine
 	// unloaded holds the engine of each model last unloaded from the worker: a load of the
 	// model renews it (sim.Engine.Renew), reusing its buffers.
 	unloaded map[string]*sim.Engine
 }
 
 // engine returns the engine of model on the worker (nil: none): a scan of the few engines it
-// holds, newest first (as engines has them), cheaper than hashing the name.
+// holds, newest first, cheaper than hashing the name.
 func (wk *worker) engine(model string) *engine {
 	for i := len(wk.order) - 1; i >= 0; i-- {
 		if e := wk.order[i]; e.model == model {
@@ -224,7 +224,7 @@ func New(cfg Config) (*Cluster, error) {
 	}
 	c := &Cluster{cfg: cfg}
 	for i := range cfg.Workers {
-		c.workers = append(c.workers, &worker{id: i, engines: map[string]*engine{}, unloaded: map[string]*sim.Engine{}})
+		c.workers = append(c.workers, &worker{id: i, unloaded: map[string]*sim.Engine{}})
 	}
 	return c, nil
 }
@@ -250,14 +250,13 @@ func (c *Cluster) Load(w backend.WorkerID, model string) error {
 // Unload implements backend.Backend.
 func (c *Cluster) Unload(w backend.WorkerID, model string) error {
 	wk := c.workers[w]
-	e, ok := wk.engines[model]
-	if !ok {
+	e := wk.engine(model)
+	if e == nil {
 		return fmt.Errorf("cluster: worker %d does not hold %s", w, model)
 	}
 	if !e.eng.Idle() || e.state != stIdle || e.inflight > 0 {
 		return fmt.Errorf("cluster: %s on worker %d still has work", model, w)
 	}
-	delete(wk.engines, model)
 	wk.unloaded[model] = e.eng
 	for i, m := range wk.order {
 		if m == e {
@@ -442,7 +441,6 @@ func (c *Cluster) process(now time.Duration, it item) {
 		}
 		eng.OmitProduced() // first tokens and finishes are all the cluster reads
 		e := &engine{model: it.model, w: wk, eng: eng}
-		wk.engines[it.model] = e
 		wk.order = append(wk.order, e)
 		c.out = append(c.out, backend.Event{Kind: backend.EventLoaded, At: now, Worker: backend.WorkerID(it.worker), Model: it.model})
 	case itemUnloaded:
