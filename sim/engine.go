@@ -272,7 +272,7 @@ type Engine struct {
 	dec      int           // number of decoders
 	decBase  int           // sum over decoders of computed - at: they hold decBase + dec*epoch tokens
 	crossing [][]*seqState // crossing[r]: the decoders that take a new KV block in the iterations ending epoch ≡ r (mod block size), in admission order
-	ends     []*seqState   // min-heap of the decoders by end, then order (seqState.hidx)
+	ends     []endRef      // min-heap of the decoders by end, then order (seqState.hidx)
 	others   []*seqState   // running sequences that are not decoders, in admission order
 	finished []*seqState   // scratch of finishFast
 	order    uint64        // the next admission's order
@@ -344,7 +344,8 @@ func (e *Engine) Renew() (n *Engine, ok bool) {
 		return l[:0]
 	}
 	n.waiting, n.front, n.pq, n.running = empty(e.waiting), empty(e.front), empty(e.pq), empty(e.running)
-	n.sched, n.ends, n.others, n.finished = empty(e.sched), empty(e.ends), empty(e.others), empty(e.finished)
+	clear(e.ends[:cap(e.ends)])
+	n.sched, n.ends, n.others, n.finished = empty(e.sched), e.ends[:0], empty(e.others), empty(e.finished)
 	n.spare = e.spare
 	it := &e.it
 	n.it = Iteration{Produced: it.Produced[:0], FirstToken: it.FirstToken[:0], Finished: it.Finished[:0],
@@ -887,7 +888,7 @@ func (e *Engine) analyse() steadyPlan {
 	// Decode iteration r from now takes crossing[(epoch+r) mod bs] new blocks.
 	bs := e.cfg.BlockSize
 	kBlocks := e.blockSteps(n, func(r int) int { return len(e.crossing[(e.epoch+r)%bs]) })
-	kFinish := e.ends[0].end() - e.epoch
+	kFinish := e.ends[0].end - e.epoch
 	return steadyPlan{ok: true, k: min(kFinish, kBlocks), kFinish: kFinish, n: n, ctx0: float64(e.decBase + n*e.epoch)}
 }
 

@@ -39,7 +39,8 @@ func view(t *testing.T, e *Engine) []seqView {
 			base += s.computed - s.at
 			r := e.crossRes(s)
 			cross[r] = append(cross[r], s)
-			require.Same(t, s, e.ends[s.hidx], "heap index of %d", s.req.ID)
+			require.Same(t, s, e.ends[s.hidx].s, "heap index of %d", s.req.ID)
+			require.Equal(t, newEndRef(s), e.ends[s.hidx], "heap key of %d", s.req.ID)
 			require.Equal(t, e.blocksFor(s.computed), s.blocks+s.cached, "blocks of decoder %d", s.req.ID)
 		} else {
 			others = append(others, s)
@@ -60,7 +61,7 @@ func view(t *testing.T, e *Engine) []seqView {
 		}
 	}
 	for i := 1; i < len(e.ends); i++ {
-		require.False(t, endsLess(e.ends[i], e.ends[(i-1)/2]), "heap order at %d", i)
+		require.False(t, endsLess(&e.ends[i], &e.ends[(i-1)/2]), "heap order at %d", i)
 	}
 	return out
 }
