@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/mosaic-sched/mosaic/internal/offheap"
+	"github.com/mosaic-sched/mosaic/internal/radix"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -466,7 +467,7 @@ func latencyStats(d []time.Duration) LatencyStats {
 	if len(d) == 0 {
 		return LatencyStats{}
 	}
-	slices.Sort(d)
+	radix.Sort(d)
 	rank := func(q float64) float64 {
 		i := int(math.Ceil(q*float64(len(d)))) - 1
 		return d[min(len(d)-1, max(0, i))].Seconds()
@@ -513,7 +514,7 @@ func (r *Result) BusyTime() time.Duration {
 	}
 	var busy time.Duration
 	for _, keys := range per {
-		slices.Sort(keys)
+		radix.Sort(keys)
 		n, start := 0, int64(0)
 		for _, k := range keys {
 			if k&1 == 1 {
