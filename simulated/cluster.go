@@ -400,9 +400,11 @@ func (c *Cluster) abort(e *engine, id uint64, now time.Duration) {
 func (c *Cluster) Next(ctx context.Context) (backend.Event, error) {
 	for c.head == len(c.out) {
 		c.out, c.head = c.out[:0], 0
-		c.free = append(c.free, c.retired...)
-		clear(c.retired)
-		c.retired = c.retired[:0]
+		if len(c.retired) > 0 {
+			c.free = append(c.free, c.retired...)
+			clear(c.retired)
+			c.retired = c.retired[:0]
+		}
 		if err := ctx.Err(); err != nil {
 			return backend.Event{}, err
 		}

@@ -182,10 +182,12 @@ type Policy struct {
 	// holds a worker only while its inputs are in flight, never while they wait for a worker.
 	held   map[int][]policies.CallRef
 	unsent sparse.Slice[int32] // by query ID
-	// waiting is scratch of swaps, open of dispatch, acts of OnEvent.
-	waiting []*model
-	open    []*worker
-	acts    []policies.Action
+	// waiting is scratch of swaps, open of dispatch, acts of OnEvent; dispatches counts
+	// dispatch's calls (see model.openAt).
+	waiting    []*model
+	open       []*worker
+	acts       []policies.Action
+	dispatches int
 }
 
 // model is one model's queue of ready calls and what the policy knows of it, cached at Start.
@@ -202,10 +204,12 @@ type model struct {
 	patient time.Duration
 	meanOut float64
 	// assigned says the plan gives it some worker; released counts its calls released since
-	// the last plan; replicas is scratch of swaps.
+	// the last plan; replicas is scratch of swaps; openAt is the last dispatch (numbered by
+	// Policy.dispatches) that found a worker able to take its calls.
 	assigned bool
 	released int
 	replicas int
+	openAt   int
 }
 
 type worker struct {
@@ -743,9 +747,11 @@ func (p *Policy) dispatch(acts []policies.Action, v policies.View) []policies.Ac
 	// The workers that can take a call of their model now, in order (what makes a worker able
 	// does not change while it is handed calls, but its room).
 	open := p.open[:0]
+	p.dispatches++
 	for _, wk := range p.workers {
 		if m := wk.am; m != nil && !wk.loading && wk.want == "" && wk.inflight < m.limitOn[wk.id] && slices.Contains(wk.held, m.name) {
 			open = append(open, wk)
+			m.openAt = p.dispatches
 		}
 	}
 	p.open = open
@@ -753,6 +759,9 @@ func (p *Policy) dispatch(acts []policies.Action, v policies.View) []policies.Ac
 		return acts
 	}
 	for _, m := range p.models {
+		if m.openAt != p.dispatches {
+			continue // no worker able to take a call serves it
+		}
 		q := &m.queue
 		prio, known := false, false // whether m's engine schedules by priority, looked up once
 		for q.len() > 0 {
@@ -904,7 +913,9 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 		}
 	}
 	for _, wk := range p.workers {
-		acts = append(acts, p.drained(wk, v)...)
+		if wk.switching() {
+			acts = append(acts, p.drained(wk, v)...)
+		}
 	}
 	return acts
 }
@@ -961,6 +972,13 @@ func better(a, b *worker, aMine, bMine bool) bool {
 	return a.outstanding < b.outstanding
 }
 
+// switching reports whether the worker wants another model and has drained: nothing in
+// flight, no unload under way (drained then moves it on). Most events find no worker so, and
+// swaps asks before it calls drained.
+func (wk *worker) switching() bool {
+	return wk.want != "" && wk.unloading == "" && wk.inflight == 0
+}
+
 // replicasOfActive is how many workers serve the worker's active model (0 with none).
 func (wk *worker) replicasOfActive() int {
 	if wk.am == nil {
@@ -980,7 +998,7 @@ func (p *Policy) unload(wk *worker, model string) policies.Action {
 // the model it wants if it holds it, loads it if it fits beside what the worker holds, and
 // otherwise unloads a held model to make room.
 func (p *Policy) drained(wk *worker, v policies.View) []policies.Action {
-	if wk.want == "" || wk.unloading != "" || wk.inflight > 0 {
+	if !wk.switching() {
 		return nil
 	}
 	for _, h := range wk.held {
