@@ -13,7 +13,7 @@ VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 COMMIT    := $(shell git rev-parse HEAD 2>/dev/null)
 BIN       := bin/mosaic
 
-.PHONY: all deps node-deps ollama build run test bench bench-online fuzz lint profile profile-tp profile-gpus paper online sensitivity clean
+.PHONY: all deps node-deps ollama build run test bench bench-online pgo fuzz lint profile profile-tp profile-gpus paper online sensitivity clean
 
 all: build
 
@@ -81,6 +81,12 @@ bench: deps
 # 100,000 and 1,000,000; QUERIES="100000 1000000 10000000" REPEAT=3 for the documented set).
 bench-online: build
 	tools/bench_online.sh $(BIN)
+
+# `go build` optimises the binary with the CPU profile cmd/mosaic/default.pgo (profile-guided
+# optimisation). This rebuilds that profile from the runs docs/performance.md times; rebuild
+# the binary afterwards (make build) to use it.
+pgo: build
+	GO=$(GO) tools/pgo.sh $(BIN)
 
 # Fuzz the command line (every command stops once its input is parsed and checked), the
 # experiment-file reader and the workload-file reader, FUZZTIME each (executions or a duration).
