@@ -24,7 +24,7 @@ func TestSortMatchesSlicesSort(t *testing.T) {
 		"low byte":   func(int) int64 { return int64(r.IntN(256)) },
 	}
 	for name, gen := range gens {
-		for _, n := range []int{0, 1, 7, minLen - 1, minLen, 3*minLen + 5, 100_000} {
+		for _, n := range []int{0, 1, 7, small, small + 1, 3*small + 5, 100_000} {
 			s := make([]time.Duration, n)
 			for i := range s {
 				s[i] = time.Duration(gen(i))
