@@ -331,7 +331,7 @@ func (c *CostModel) IterationSeconds(b Batch) float64 {
 	over := c.fixed + c.perSeq*float64(b.Seqs)
 	lin, att, ar := c.roofline(b)
 	if c.floor > 0 {
-		return over + math.Max(c.floor, lin+att+ar)
+		return over + max(c.floor, lin+att+ar)
 	}
 	return over + lin + att + ar
 }
@@ -339,8 +339,8 @@ func (c *CostModel) IterationSeconds(b Batch) float64 {
 // roofline returns the GPU's work in an iteration serving b (b.Tokens > 0): its linear
 // layers, its attention and its all-reduces (0 at TP = 1), in seconds.
 func (c *CostModel) roofline(b Batch) (lin, att, ar float64) {
-	lin = math.Max((c.flopsPerToken*float64(b.Tokens)+c.flopsPerSample*float64(b.Sampled))*c.linComputeScale, c.weightSeconds(b.Tokens)) + c.layerFixed
-	att = math.Max(c.attPerPair*b.AttentionPairs, c.attPerKVToken*b.KVTokens)
+	lin = max((c.flopsPerToken*float64(b.Tokens)+c.flopsPerSample*float64(b.Sampled))*c.linComputeScale, c.weightSeconds(b.Tokens)) + c.layerFixed
+	att = max(c.attPerPair*b.AttentionPairs, c.attPerKVToken*b.KVTokens)
 	if c.v1Factor > 0 && b.Tokens == b.Seqs && b.Seqs >= c.v1Seqs {
 		att *= c.v1Factor
 	}
@@ -359,7 +359,7 @@ func (c *CostModel) ShardSeconds(b Batch) float64 {
 	}
 	lin, att, _ := c.roofline(b)
 	if c.floor > 0 {
-		return math.Max(c.floor, lin+att)
+		return max(c.floor, lin+att)
 	}
 	return lin + att
 }
@@ -381,7 +381,7 @@ func (c *CostModel) FloorSeconds(b Batch) float64 {
 		return 0
 	}
 	lin, att, ar := c.roofline(b)
-	return math.Max(0, c.floor-(lin+att+ar))
+	return max(0, c.floor-(lin+att+ar))
 }
 
 // LinearParts returns two terms of IterationSeconds(b): the linear layers' (and which roof
@@ -408,12 +408,12 @@ func (c *CostModel) LinearParts(b Batch) (linear, allReduce float64, bound strin
 // decode batches have AttentionPairs = KVTokens = ctx, so the roofline's attention term is
 // linear in ctx.
 func (c *CostModel) decodeLine(n int) (base, slope float64) {
-	lin := math.Max((c.flopsPerToken+c.flopsPerSample)*float64(n)*c.linComputeScale, c.weightSeconds(n)) + c.layerFixed
+	lin := max((c.flopsPerToken+c.flopsPerSample)*float64(n)*c.linComputeScale, c.weightSeconds(n)) + c.layerFixed
 	base = c.fixed + c.perSeq*float64(n) + lin
 	if c.TP > 1 {
 		base += c.allReduceFixed + c.allReducePerToken*float64(n)
 	}
-	slope = math.Max(c.attPerPair, c.attPerKVToken)
+	slope = max(c.attPerPair, c.attPerKVToken)
 	if c.v1Factor > 0 && n >= c.v1Seqs {
 		slope *= c.v1Factor
 	}
@@ -441,7 +441,7 @@ func (c *CostModel) decodeSeconds(n, k int, ctx0 float64) float64 {
 		}
 	default:
 		// i < x with x = (floor - gpu0) / step, so m = ceil(x) - 1 clamped to [0, k].
-		m = math.Min(math.Max(math.Ceil((c.floor-gpu0)/step)-1, 0), kk)
+		m = min(max(math.Ceil((c.floor-gpu0)/step)-1, 0), kk)
 	}
 	return kk*over + m*c.floor + (kk-m)*gpu0 + slope*nn*(kk*(kk+1)/2-m*(m+1)/2)
 }

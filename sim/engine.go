@@ -886,8 +886,7 @@ func (e *Engine) analyse() steadyPlan {
 		return steadyPlan{ok: true} // a prompt (or its last token) still to prefill
 	}
 	// Decode iteration r from now takes crossing[(epoch+r) mod bs] new blocks.
-	bs := e.cfg.BlockSize
-	kBlocks := e.blockSteps(n, func(r int) int { return len(e.crossing[(e.epoch+r)%bs]) })
+	kBlocks := e.blockSteps(n, func(r int) int { return len(e.crossing[e.residue(e.epoch+r)]) })
 	kFinish := e.ends[0].end - e.epoch
 	return steadyPlan{ok: true, k: min(kFinish, kBlocks), kFinish: kFinish, n: n, ctx0: float64(e.decBase + n*e.epoch)}
 }
@@ -1021,6 +1020,20 @@ func (e *Engine) decodeStretch(k int) *Iteration {
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// residue returns x mod the block size in [0, block size), for x of either sign: a mask when
+// the size is a power of two (a division each step of the decoders' loops was a tenth of
+// analyse's instructions).
+func (e *Engine) residue(x int) int {
+	if e.blockShift >= 0 {
+		return x & (e.cfg.BlockSize - 1)
+	}
+	r := x % e.cfg.BlockSize
+	if r < 0 {
+		r += e.cfg.BlockSize
+	}
+	return r
+}
 
 // blocksFor returns the KV blocks that tokens occupy (tokens >= 0).
 func (e *Engine) blocksFor(tokens int) int {

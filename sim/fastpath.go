@@ -119,12 +119,7 @@ func byOrder(list []*seqState, s *seqState) (int, bool) {
 // size: the iteration ending epoch at + j with computed + j - 1 ≡ 0, that is epoch ≡ at -
 // computed + 1. The residue does not change as the decoder advances.
 func (e *Engine) crossRes(s *seqState) int {
-	bs := e.cfg.BlockSize
-	r := (s.at - s.computed + 1) % bs
-	if r < 0 {
-		r += bs
-	}
-	return r
+	return e.residue(s.at - s.computed + 1)
 }
 
 // join makes running sequence s a decoder as of the current epoch.
@@ -230,9 +225,13 @@ func (e *Engine) newBlocks(k int) int {
 		return 0
 	}
 	bs := e.cfg.BlockSize
-	n := k / bs * e.dec
-	for j := 1; j <= k%bs; j++ {
-		n += len(e.crossing[(e.epoch+j)%bs])
+	q, rem := k/bs, k%bs
+	if e.blockShift >= 0 {
+		q, rem = k>>e.blockShift, k&(bs-1) // k >= 0
+	}
+	n := q * e.dec
+	for j := 1; j <= rem; j++ {
+		n += len(e.crossing[e.residue(e.epoch+j)])
 	}
 	return n
 }

@@ -106,7 +106,7 @@ func (l *LogNormal) Sample(r *rand.Rand) int {
 		return l.MaxLen
 	}
 	v := math.Round(math.Exp(l.Mu + l.Sigma*r.NormFloat64()))
-	return int(math.Min(math.Max(v, float64(l.MinLen)), float64(l.MaxLen)))
+	return int(min(max(v, float64(l.MinLen)), float64(l.MaxLen)))
 }
 
 // Mean implements LengthDist: the untruncated body's mean, mixed with the cap spike.
