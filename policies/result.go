@@ -3,6 +3,7 @@ package policies
 import (
 	"cmp"
 	"math"
+	"math/bits"
 	"runtime"
 	"slices"
 	"sort"
@@ -596,6 +597,8 @@ type timeline struct {
 	starts       []edge
 	ends         []int64
 	endsUnsorted bool
+	// packed is sortStarts' scratch.
+	packed []int64
 	// The busy interval under way: n calls in service, its span so far, the area under the
 	// number in service, the last edge's time and the models served.
 	n      int
@@ -646,6 +649,30 @@ func (tl *timeline) addLoad(l LoadRecord) {
 	tl.loads = slices.Insert(tl.loads, i, iv)
 }
 
+// sortStarts sorts the entries by key; models bounds their model numbers. When every key
+// leaves room below it for a model number, each entry is packed into one integer, key above
+// model, and the integers are sorted by their bytes (radix.Sort): entries of one key then come
+// by model, an order as good as any (see advance). A comparison sort of the entries was a
+// fortieth of a streamed run's simulation.
+func (tl *timeline) sortStarts(models int) {
+	shift := bits.Len(uint(models))
+	limit := int64(1) << (62 - shift) // keys are non-negative: twice a time, plus one
+	packed := tl.packed[:0]
+	for _, e := range tl.starts {
+		if e.key >= limit {
+			slices.SortFunc(tl.starts, func(a, b edge) int { return cmp.Compare(a.key, b.key) })
+			return
+		}
+		packed = append(packed, e.key<<shift|int64(e.model))
+	}
+	radix.Sort(packed)
+	mask := int64(1)<<shift - 1
+	for i, p := range packed {
+		tl.starts[i] = edge{key: p >> shift, model: int32(p & mask)}
+	}
+	tl.packed = packed[:0]
+}
+
 // advance builds the busy intervals from the edges before bound, then hands to emit, in
 // order, the intervals that start before bound and before the busy interval still under way
 // (no later call or load can start before bound). models names the edges' models.
@@ -654,7 +681,7 @@ func (tl *timeline) advance(bound time.Duration, models []string, emit func(Inte
 	// two lists, each by key, merge without ties. The order among edges of one instant and one
 	// kind changes nothing below (they add no area, and a span opens at the first start and
 	// closes at the last end), so an unstable sort is enough.
-	slices.SortFunc(tl.starts, func(a, b edge) int { return cmp.Compare(a.key, b.key) })
+	tl.sortStarts(len(models))
 	if tl.endsUnsorted {
 		slices.Sort(tl.ends)
 		tl.endsUnsorted = false
