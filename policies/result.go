@@ -652,8 +652,8 @@ func (tl *timeline) addLoad(l LoadRecord) {
 // sortStarts sorts the entries by key; models bounds their model numbers. When every key
 // leaves room below it for a model number, each entry is packed into one integer, key above
 // model, and the integers are sorted by their bytes (radix.Sort): entries of one key then come
-// by model, an order as good as any (see advance). A comparison sort of the entries was a
-// fortieth of a streamed run's simulation.
+// by model, an order as good as any (see advance). A comparison sort of the entries took about
+// 3% of the instructions of a streamed run's simulation.
 func (tl *timeline) sortStarts(models int) {
 	shift := bits.Len(uint(models))
 	limit := int64(1) << (62 - shift) // keys are non-negative: twice a time, plus one

@@ -1022,8 +1022,7 @@ func (e *Engine) decodeStretch(k int) *Iteration {
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
 // residue returns x mod the block size in [0, block size), for x of either sign: a mask when
-// the size is a power of two (a division each step of the decoders' loops was a tenth of
-// analyse's instructions).
+// the size is a power of two (vLLM's are), so that the decoders' loops divide at no step.
 func (e *Engine) residue(x int) int {
 	if e.blockShift >= 0 {
 		return x & (e.cfg.BlockSize - 1)
