@@ -3,7 +3,8 @@
 // every element into its byte's bucket by swaps, and sorts each bucket on the next byte), so
 // that it needs no scratch as long as the slice. A run's summary sorts a million latencies
 // five times at its end, on the path to its result; there it takes about half of
-// slices.Sort's time (BenchmarkSort).
+// slices.Sort's time (BenchmarkSort). A streamed run's worker timelines sort their calls'
+// entries with it too, packed into integers (policies' timeline.sortStarts).
 //
 // The order is the integers' (slices.Sort's): a sorted multiset of integers is unique, so
 // anything read from the sorted slice is the same either way.
