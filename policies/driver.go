@@ -448,8 +448,12 @@ func (d *Driver) Run(ctx context.Context) (*Result, error) {
 		}
 		d.grower = g
 	}
-	if d.out != nil && (d.exit != nil || d.overlap) {
-		d.out.hold = true // they cancel submitted calls (see Stream)
+	if d.out != nil {
+		if d.exit != nil || d.overlap {
+			d.out.hold = true // they cancel submitted calls (see Stream)
+		}
+		d.out.rec = newRecorder(d.out.sink, d.out.tally, d.workers, d.out.models)
+		defer d.out.rec.stop() // a run that fails waits for it too
 	}
 	// Queries of the offline batch are ready at the start (the policy sees them in the View);
 	// later arrivals wake the driver.
@@ -616,7 +620,9 @@ func (d *Driver) handle(ev *Event) ([]Event, error) {
 		delete(ws.loading, ev.Model)
 		ws.holds = append(ws.holds, ev.Model)
 		if l := (LoadRecord{Worker: ev.Worker, Model: ev.Model, Start: start, End: ev.At}); d.out != nil {
-			d.loaded(l)
+			if err := d.loaded(l); err != nil {
+				return nil, err
+			}
 		} else {
 			d.loads = append(d.loads, l)
 		}

@@ -84,8 +84,8 @@ func (d *Driver) pull() error {
 	return d.add(q)
 }
 
-// Sink receives the records of a run whose records are streamed (Driver.Stream), from the
-// Driver's goroutine.
+// Sink receives the records of a run whose records are streamed (Driver.Stream), in order,
+// from the run's recorder: one goroutine the Driver starts for the run.
 type Sink interface {
 	// Query receives a query as it leaves the Driver, in query order: how it ended, and the
 	// records of its calls that ran, in call-ID order (as Result.Calls holds them). q and
@@ -107,33 +107,38 @@ type Sink interface {
 // cancel such calls, the intervals wait for the end of the run; one whose policy cancels a
 // submitted call after intervals went out fails.
 func (d *Driver) Stream(sink Sink, slo SLO) {
-	d.out = &streamOut{sink: sink, tally: &Tally{workers: d.workers, slo: slo, stream: true}, lines: make([]timeline, d.workers),
-		submits: make([]fifo[submission], d.workers)}
+	d.out = &streamOut{sink: sink, tally: &Tally{workers: d.workers, slo: slo, stream: true},
+		pending: make([]edgeList, d.workers), gather: make([]int, d.workers), submits: make([]fifo[submission], d.workers)}
 	for _, m := range d.models {
 		d.out.models = append(d.out.models, m.Name)
 	}
 	// Every query's latencies are kept (for their exact percentiles), and what the steady-state
 	// window needs of it: room for all at once, outside the collected heap (see Tally).
 	d.out.tally.reserve(d.nq)
-	for w := range d.out.lines {
-		d.out.lines[w].w = WorkerID(w)
-	}
 	d.res = nil
 }
 
-// streamOut is where a streamed run's records go.
+// streamOut is where a streamed run's records go: the Driver notes them for the run's
+// recorder (driver_record.go), which folds them into the tally, builds the workers' intervals
+// and hands both to the sink.
 type streamOut struct {
 	sink  Sink
 	tally *Tally
-	// lines build the workers' intervals; submits are the calls submitted to each worker in
-	// submission order (those still in flight bound what is final).
-	lines   []timeline
-	submits []fifo[submission]
 	// models names the models of the intervals' edges, by index (Driver.models's).
 	models []string
+	// rec is the recorder, started with the run, and b the batch of notes being filled.
+	rec *recorder
+	b   *recBatch
+	// pending are each worker's calls' edges not yet handed to the recorder, handed when there
+	// are gather of them (none for the worker's first call, whose intervals go out at once);
+	// submits are the calls submitted to each worker in submission order (those still in
+	// flight bound what is final).
+	pending []edgeList
+	gather  []int
+	submits []fifo[submission]
 	// hold keeps every interval until the end of the run (cancelled calls may have started
-	// at 0); sent says intervals went out.
-	hold, sent bool
+	// at 0).
+	hold bool
 	// end is when the last call or load ended.
 	end time.Duration
 }
@@ -221,11 +226,10 @@ func (d *Driver) emit(qs *queryState) error {
 		d.res.Queries = append(d.res.Queries, o)
 		return nil
 	}
-	for i := range recs {
-		d.out.tally.Call(&recs[i])
-	}
-	d.out.tally.Query(o)
-	return d.out.sink.Query(qs.q, o, recs)
+	b := d.out.note(recOp{kind: recQueryDone})
+	b.recs = append(b.recs, recs...)
+	b.queries = append(b.queries, recQuery{q: qs.q, o: o, calls: len(recs)})
+	return d.out.send(false)
 }
 
 // workloadAnswer is the query's answer as its workload gives it, every call run
@@ -260,14 +264,18 @@ func (d *Driver) cancelling() error {
 		return nil
 	}
 	d.out.hold = true
-	if d.out.sent {
+	sent, err := d.out.sentIntervals()
+	if err != nil {
+		return err
+	}
+	if sent {
 		return errors.New("a streamed run's worker intervals already went out, and a call cancelled after its submission may report it started at 0 (see Driver.Stream)")
 	}
 	return nil
 }
 
-// traced feeds a finished call's time on its worker to the worker's timeline, and moves the
-// timeline on when enough has gathered.
+// traced gathers a finished call's time on its worker for the worker's timeline, and hands
+// what gathered to the recorder when it is enough.
 func (d *Driver) traced(id int) error {
 	out := d.out
 	cs := d.cs(id)
@@ -275,14 +283,34 @@ func (d *Driver) traced(id int) error {
 	if cs.worker < 0 || cs.timing.End <= cs.timing.Started {
 		return nil
 	}
-	tl := &out.lines[cs.worker]
-	tl.add(cs.timing.Started, cs.timing.End, int32(cs.model))
-	if out.hold || tl.edges() < tl.due {
+	l := &out.pending[cs.worker]
+	l.add(cs.timing.Started, cs.timing.End, int32(cs.model))
+	if l.edges() < out.gather[cs.worker] {
 		return nil
 	}
-	err := tl.advance(d.bound(cs.worker), out.models, out.emit)
-	tl.due = 2*tl.edges() + 4096
-	return err
+	out.gather[cs.worker] = edgesPerHandover
+	return d.handover(cs.worker, !out.hold)
+}
+
+// handover hands worker w's gathered edges to the recorder, with (when advance) the bound its
+// timeline may advance to.
+func (d *Driver) handover(w WorkerID, advance bool) error {
+	out := d.out
+	op := recOp{kind: recEdges, w: w, hold: !advance}
+	if advance {
+		op.bound = d.bound(w)
+	}
+	b := out.note(op)
+	// The edges go with the batch; the worker gathers the next ones in the room of a list the
+	// batch carried before (it comes back emptied), or in a new one.
+	n := len(b.edges)
+	var spare edgeList
+	if n < cap(b.edges) {
+		spare = b.edges[:n+1][n]
+	}
+	b.edges = append(b.edges, out.pending[w])
+	out.pending[w] = spare
+	return out.send(false)
 }
 
 // bound is the time before which worker w's intervals are final: no call in flight there,
@@ -306,20 +334,12 @@ func (d *Driver) bound(w WorkerID) time.Duration {
 	return b
 }
 
-// emit hands an interval to the sink.
-func (o *streamOut) emit(iv Interval) error {
-	o.sent = true
-	if iv.Kind == "busy" {
-		o.tally.busy += iv.End - iv.Start
-	}
-	return o.sink.Interval(iv)
-}
-
-// loaded feeds a load to its worker's timeline (a streamed run).
-func (d *Driver) loaded(l LoadRecord) {
+// loaded notes a load for its worker's timeline (a streamed run).
+func (d *Driver) loaded(l LoadRecord) error {
 	d.out.end = max(d.out.end, l.End)
-	d.out.lines[l.Worker].addLoad(l)
-	d.out.tally.load(l)
+	b := d.out.note(recOp{kind: recLoad})
+	b.loads = append(b.loads, l)
+	return d.out.send(false)
 }
 
 // result is what the run produced: every query has left the window (retire, forced) and, for
@@ -330,12 +350,23 @@ func (d *Driver) result() (*Result, error) {
 	}
 	r := d.res
 	if r == nil {
-		r = &Result{tally: d.out.tally}
-		for i := range d.out.lines {
-			if err := d.out.lines[i].finish(d.out.end, d.out.models, d.out.emit); err != nil {
-				return nil, err
+		// The rest of each worker's edges, then its whole timeline, to the end of the run.
+		out := d.out
+		for w := range out.pending {
+			if out.pending[w].edges() > 0 {
+				if err := d.handover(WorkerID(w), false); err != nil {
+					return nil, err
+				}
 			}
 		}
+		out.note(recOp{kind: recFinish, bound: out.end})
+		if err := out.send(true); err != nil {
+			return nil, err
+		}
+		if err := out.rec.stop(); err != nil {
+			return nil, err
+		}
+		r = &Result{tally: out.tally}
 	}
 	r.Policy, r.Rule, r.Threshold, r.Workers, r.Loads = d.policy.Name(), d.rule.Name(), nan(), d.workers, d.loads
 	if d.exit != nil {

@@ -590,13 +590,8 @@ func (r *Result) WorkerIntervals() []Interval {
 // idle ones between), so that a run can give them out as it goes.
 type timeline struct {
 	w WorkerID
-	// starts and ends are the calls' edges not yet turned into intervals: their entries, and
-	// the keys of their exits. Calls are added as they end, so the exits mostly come in order
-	// (endsUnsorted says one did not): only the entries need sorting, and the two lists are
-	// then merged.
-	starts       []edge
-	ends         []int64
-	endsUnsorted bool
+	// The calls' edges not yet turned into intervals.
+	edgeList
 	// packed is sortStarts' scratch.
 	packed []int64
 	// The busy interval under way: n calls in service, its span so far, the area under the
@@ -625,18 +620,43 @@ type edge struct {
 func (e edge) at() time.Duration { return time.Duration(e.key >> 1) }
 func (e edge) entry() bool       { return e.key&1 == 1 }
 
-// add adds a call in service from start to end (end > start).
-func (tl *timeline) add(start, end time.Duration, model int32) {
-	tl.starts = append(tl.starts, edge{int64(start)<<1 | 1, model})
-	key := int64(end) << 1
-	if n := len(tl.ends); n > 0 && tl.ends[n-1] > key {
-		tl.endsUnsorted = true
-	}
-	tl.ends = append(tl.ends, key)
+// edgeList is calls' edges: their entries, and the keys of their exits. Calls are added as
+// they end, so the exits mostly come in order (endsUnsorted says one did not): only the
+// entries need sorting, and the two lists are then merged (timeline.advance).
+type edgeList struct {
+	starts       []edge
+	ends         []int64
+	endsUnsorted bool
 }
 
-// edges is how many edges wait to be turned into intervals.
-func (tl *timeline) edges() int { return len(tl.starts) + len(tl.ends) }
+// add adds a call in service from start to end (end > start).
+func (l *edgeList) add(start, end time.Duration, model int32) {
+	l.starts = append(l.starts, edge{int64(start)<<1 | 1, model})
+	key := int64(end) << 1
+	if n := len(l.ends); n > 0 && l.ends[n-1] > key {
+		l.endsUnsorted = true
+	}
+	l.ends = append(l.ends, key)
+}
+
+// edges is how many edges the list holds.
+func (l *edgeList) edges() int { return len(l.starts) + len(l.ends) }
+
+// take moves the edges of from to the end of l, emptying from.
+func (l *edgeList) take(from *edgeList) {
+	if n := len(l.ends); n > 0 && len(from.ends) > 0 && l.ends[n-1] > from.ends[0] {
+		l.endsUnsorted = true
+	}
+	l.endsUnsorted = l.endsUnsorted || from.endsUnsorted
+	l.starts = append(l.starts, from.starts...)
+	l.ends = append(l.ends, from.ends...)
+	from.reset()
+}
+
+// reset empties the list, keeping its room.
+func (l *edgeList) reset() {
+	l.starts, l.ends, l.endsUnsorted = l.starts[:0], l.ends[:0], false
+}
 
 // addLoad adds a load: after the loads that start no later, as a stable sort by start of the
 // loads in the order they ended keeps them.

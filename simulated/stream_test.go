@@ -3,6 +3,7 @@ package simulated_test
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -167,38 +168,80 @@ func byWorker(ivs []policies.Interval) []policies.Interval {
 	return slices.SortedStableFunc(slices.Values(ivs), func(a, b policies.Interval) int { return cmp.Compare(a.Worker, b.Worker) })
 }
 
-// A streamed run's worker intervals go out as they become final, not at the end: the online
-// policy's run hands most of them on before its last query arrives.
-func TestStreamIntervalsGoOutEarly(t *testing.T) {
-	wl := workload(4000, 3, 4, func(q, i int) int { return 200 }, 3)
+// streamSteady runs queries MoA queries, one a second, under the online policy on 3 workers,
+// their records streamed to sink.
+func streamSteady(t *testing.T, queries int, sink policies.Sink) (*policies.Result, error) {
+	t.Helper()
+	wl := workload(queries, 3, 4, func(q, i int) int { return 200 }, 3)
 	for i := range wl.Queries {
 		wl.Queries[i].Arrival = time.Duration(i) * time.Second
 	}
-	last := wl.Queries[len(wl.Queries)-1].Arrival
 	infos, setups := setup(t, 4)
 	cl, err := simulated.New(simulated.Config{Workers: simulated.Identical(3, setups), UnloadTime: time.Second})
 	require.NoError(t, err)
 	d, err := policies.NewStreamDriver(cl, online.New(online.Options{TimeLimit: time.Second}), policies.NeverSkip(), &heldSource{wl: wl}, infos, 3)
 	require.NoError(t, err)
-	early := 0
-	d.Stream(sinkFunc(func(iv policies.Interval) {
-		if cl.Now() < last {
-			early++
-		}
-	}), policies.SLO{})
-	res, err := d.Run(context.Background())
-	require.NoError(t, err)
-	require.Equal(t, 4000, res.Summary().Queries)
-	require.Greater(t, early, 100, "intervals handed on before the last arrival")
+	d.Stream(sink, policies.SLO{})
+	return d.Run(context.Background())
 }
 
-// sinkFunc is a Sink that sees only the intervals.
-type sinkFunc func(policies.Interval)
+// A streamed run's worker intervals go out as they become final, not at the end: the online
+// policy's run hands most of them on among its queries' records, before its last query's.
+func TestStreamIntervalsGoOutEarly(t *testing.T) {
+	const queries = 4000
+	sink := countingSink{last: queries}
+	res, err := streamSteady(t, queries, &sink)
+	require.NoError(t, err)
+	require.Equal(t, queries, res.Summary().Queries)
+	require.Equal(t, queries, sink.queries)
+	t.Logf("%d of %d intervals before the last query's records", sink.early, sink.intervals)
+	require.Greater(t, sink.early, sink.intervals/2, "of %d intervals, %d handed on before the last query's records", sink.intervals, sink.early)
+}
 
-func (f sinkFunc) Query(*traces.Query, policies.QueryOutcome, []policies.CallRecord) error {
+// A streamed run whose sink fails stops with the sink's error, and the sink hears nothing
+// after it, though the run went on meanwhile (the sink is slow to fail).
+func TestStreamSinkErrorStopsRun(t *testing.T) {
+	sink := &failingSink{failAt: 500}
+	_, err := streamSteady(t, 8000, sink)
+	require.ErrorContains(t, err, "disk full")
+	require.Equal(t, 500, sink.queries, "no query handed on after the failure")
+	require.Equal(t, sink.intervals, sink.intervalsAtFailure, "no interval handed on after the failure")
+}
+
+// failingSink fails on the failAt-th query, a tenth of a second after it is handed on.
+type failingSink struct{ failAt, queries, intervals, intervalsAtFailure int }
+
+func (s *failingSink) Query(*traces.Query, policies.QueryOutcome, []policies.CallRecord) error {
+	s.queries++
+	if s.queries == s.failAt {
+		s.intervalsAtFailure = s.intervals
+		time.Sleep(100 * time.Millisecond)
+		return errors.New("disk full")
+	}
 	return nil
 }
-func (f sinkFunc) Interval(iv policies.Interval) error { f(iv); return nil }
+
+func (s *failingSink) Interval(policies.Interval) error {
+	s.intervals++
+	return nil
+}
+
+// countingSink counts the records handed on, and the intervals handed on before the records
+// of the last query (the last-th).
+type countingSink struct{ last, queries, intervals, early int }
+
+func (s *countingSink) Query(q *traces.Query, _ policies.QueryOutcome, _ []policies.CallRecord) error {
+	s.queries++
+	return nil
+}
+
+func (s *countingSink) Interval(iv policies.Interval) error {
+	s.intervals++
+	if s.queries < s.last {
+		s.early++
+	}
+	return nil
+}
 
 // A streamed Driver refuses a source that is not what it declared: queries out of order of
 // arrival, or fewer than declared.
