@@ -185,9 +185,8 @@ type seqState struct {
 	at        int    // a decoder's epoch (Engine.epoch) of computed, generated and blocks
 	// The small fields last, packed (one state per call waiting or running).
 	preemptions int32
-	hidx        int32 // a decoder's index in Engine.ends
-	decoding    bool  // a decoder: computed, generated and blocks are as of epoch at
-	mark        bool  // produced a token in the current iteration (fast path)
+	decoding    bool // a decoder: computed, generated and blocks are as of epoch at
+	mark        bool // produced a token in the current iteration (fast path)
 }
 
 // end is the epoch at the end of whose iteration decoder s produces its last token.
@@ -272,7 +271,7 @@ type Engine struct {
 	dec      int           // number of decoders
 	decBase  int           // sum over decoders of computed - at: they hold decBase + dec*epoch tokens
 	crossing [][]*seqState // crossing[r]: the decoders that take a new KV block in the iterations ending epoch ≡ r (mod block size), in admission order
-	ends     []endRef      // min-heap of the decoders by end, then order (seqState.hidx)
+	ends     []endRef      // min-heap of the decoders by end, then order
 	others   []*seqState   // running sequences that are not decoders, in admission order
 	finished []*seqState   // scratch of finishFast
 	order    uint64        // the next admission's order

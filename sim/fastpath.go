@@ -39,7 +39,6 @@ func endsLess(a, b *endRef) bool {
 func (e *Engine) endsSwap(i, j int) {
 	h := e.ends
 	h[i], h[j] = h[j], h[i]
-	h[i].s.hidx, h[j].s.hidx = int32(i), int32(j)
 }
 
 func (e *Engine) endsUp(i int) {
@@ -71,9 +70,14 @@ func (e *Engine) endsDown(i int) {
 	}
 }
 
-// endsRemove takes decoder s off the heap.
+// endsRemove takes decoder s off the heap. A finishing decoder is at the top; a preempted one
+// is looked for (the heap's entries do not track their places: writing each moved decoder's
+// place into its state, scattered in memory, cost more than these rare scans).
 func (e *Engine) endsRemove(s *seqState) {
-	i, n := int(s.hidx), len(e.ends)-1
+	i, n := 0, len(e.ends)-1
+	if e.ends[0].s != s {
+		i = slices.IndexFunc(e.ends, func(r endRef) bool { return r.s == s })
+	}
 	if i != n {
 		e.endsSwap(i, n)
 	}
@@ -125,9 +129,8 @@ func (e *Engine) crossRes(s *seqState) int {
 // join makes running sequence s a decoder as of the current epoch.
 func (e *Engine) join(s *seqState) {
 	e.group(s)
-	s.hidx = int32(len(e.ends))
 	e.ends = append(e.ends, newEndRef(s))
-	e.endsUp(int(s.hidx))
+	e.endsUp(len(e.ends) - 1)
 }
 
 // group counts s as a decoder, but for the heap.
@@ -196,7 +199,6 @@ func (e *Engine) rebuild() {
 	for _, s := range e.running {
 		if !e.general && e.decodes(s) {
 			e.group(s) // in admission order: appended to their crossing lists
-			s.hidx = int32(len(e.ends))
 			e.ends = append(e.ends, newEndRef(s))
 		} else {
 			kept = append(kept, s)
