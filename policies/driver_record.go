@@ -12,9 +12,9 @@ import (
 // intervals and handed to the sink on a goroutine of their own, so that the Driver's goroutine,
 // which the simulation waits on, only notes what happened (folding and handing on took about a
 // twentieth of its time). The Driver notes it in batches (recBatch), in the order it happened;
-// the recorder takes the batches in the order they were sent, so the sink hears the same
-// records in the same order as when the Driver handed them on itself, and the summary is the
-// same.
+// the recorder takes the batches in the order they were sent, so the sink hears the queries in
+// query order and each worker's intervals in time order, as when the Driver handed them on
+// itself, and the summary is the same (the intervals only come later among the queries).
 //
 // A worker's calls reach its timeline a stretch at a time: the Driver gathers their edges and
 // hands them over with the worker's bound (Driver.bound) when enough have gathered (the first
@@ -90,8 +90,8 @@ type recQuery struct {
 const recBatchOps = 1024
 
 // edgesPerHandover is how many of a worker's call edges the Driver gathers before it hands
-// them to the timeline (as many as a timeline's stretch needs, see timeline.due).
-const edgesPerHandover = 4096
+// them to the timeline (a variable so that a test can make the stretches short).
+var edgesPerHandover = 4096
 
 // newRecorder starts the recorder of a run on workers workers whose models are named models.
 func newRecorder(sink Sink, tally *Tally, workers int, models []string) *recorder {
@@ -154,8 +154,10 @@ func (r *recorder) take(b *recBatch) error {
 			if op.hold || tl.edges() < tl.due {
 				continue
 			}
+			// The next advance waits for as many new edges as are left over (each edge is
+			// sorted a bounded number of times however long the bound stays put).
 			err := tl.advance(op.bound, r.models, r.emit)
-			tl.due = 2*tl.edges() + edgesPerHandover
+			tl.due = 2 * tl.edges()
 			if err != nil {
 				return err
 			}

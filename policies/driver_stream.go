@@ -85,7 +85,9 @@ func (d *Driver) pull() error {
 }
 
 // Sink receives the records of a run whose records are streamed (Driver.Stream), in order,
-// from the run's recorder: one goroutine the Driver starts for the run.
+// from the run's recorder: one goroutine the Driver starts for the run, which runs behind the
+// Driver (a Sink must not read the Driver's or the backend's state). A Sink's error stops the
+// run at the Driver's next batch of records; the Sink hears nothing after it.
 type Sink interface {
 	// Query receives a query as it leaves the Driver, in query order: how it ended, and the
 	// records of its calls that ran, in call-ID order (as Result.Calls holds them). q and

@@ -1,7 +1,8 @@
 // Package policytest holds test helpers for the policies' tests: a recording fake Backend
 // whose timing can be followed by hand, workload builders (a tiny hand-checkable MoA and a
-// large generated one, with models for the simulated cluster) and run-invariant checks for
-// large runs of a layer-by-layer policy. It is meant for tests only.
+// large generated one, with models for the simulated cluster), a held workload streamed a
+// query at a time and a Sink that keeps what a streamed run hands on, and run-invariant checks
+// for large runs of a layer-by-layer policy. It is meant for tests only.
 package policytest
 
 import (
@@ -9,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"testing"
@@ -536,4 +538,70 @@ func LoadOrder(res *policies.Result) map[policies.WorkerID][]string {
 		loaded[l.Worker] = append(loaded[l.Worker], l.Model)
 	}
 	return loaded
+}
+
+// HeldSource streams a held workload a query at a time, as a generator's stream would
+// (a policies.QuerySource).
+type HeldSource struct {
+	WL   *traces.Workload
+	next int
+}
+
+// Len implements policies.QuerySource.
+func (s *HeldSource) Len() int { return len(s.WL.Queries) }
+
+// Counts implements policies.QuerySource.
+func (s *HeldSource) Counts() (traces.CallCounts, error) {
+	var c traces.CallCounts
+	for _, q := range s.WL.Queries {
+		for _, call := range q.Calls {
+			for len(c) <= call.Layer {
+				c = append(c, map[string]int{})
+			}
+			c[call.Layer][call.Model]++
+		}
+	}
+	return c, nil
+}
+
+// Next implements policies.QuerySource.
+func (s *HeldSource) Next() (*traces.Query, error) {
+	if s.next == len(s.WL.Queries) {
+		return nil, io.EOF
+	}
+	s.next++
+	return &s.WL.Queries[s.next-1], nil
+}
+
+// Collector is a policies.Sink that keeps what a streamed run hands on: the calls' records
+// (with copies of their calls), the queries' outcomes and IDs, and the intervals.
+type Collector struct {
+	Calls     []policies.CallRecord
+	Queries   []policies.QueryOutcome
+	IDs       []int
+	Intervals []policies.Interval
+}
+
+// Query implements policies.Sink.
+func (c *Collector) Query(q *traces.Query, o policies.QueryOutcome, calls []policies.CallRecord) error {
+	for _, r := range calls {
+		cp := *r.Call // the Driver's query may go once handed on
+		r.Call = &cp
+		c.Calls = append(c.Calls, r)
+	}
+	c.Queries = append(c.Queries, o)
+	c.IDs = append(c.IDs, q.ID)
+	return nil
+}
+
+// Interval implements policies.Sink.
+func (c *Collector) Interval(iv policies.Interval) error {
+	c.Intervals = append(c.Intervals, iv)
+	return nil
+}
+
+// ByWorker orders intervals by worker, keeping each worker's in the order given: a held
+// result's WorkerIntervals order.
+func ByWorker(ivs []policies.Interval) []policies.Interval {
+	return slices.SortedStableFunc(slices.Values(ivs), func(a, b policies.Interval) int { return cmp.Compare(a.Worker, b.Worker) })
 }
