@@ -95,8 +95,6 @@ type Driver struct {
 	// agg and gold count the retired queries whose workload answer is right with every call
 	// aggregated, and those with a gold answer (Result.AlwaysAggregate).
 	agg, gold int
-	// recs is retire's scratch.
-	recs []CallRecord
 
 	clock clock // arrivals, tool steps' ends and the policy's wake-ups (driver_timers.go)
 	// loadsIdle counts the loads since a call last finished: a policy that keeps loading

@@ -110,7 +110,7 @@ type Sink interface {
 // submitted call after intervals went out fails.
 func (d *Driver) Stream(sink Sink, slo SLO) {
 	d.out = &streamOut{sink: sink, tally: &Tally{workers: d.workers, slo: slo, stream: true},
-		pending: make([]edgeList, d.workers), gather: make([]int, d.workers), submits: make([]fifo[submission], d.workers)}
+		pending: make([]edgeList, d.workers), started: make([]bool, d.workers), submits: make([]fifo[submission], d.workers)}
 	for _, m := range d.models {
 		d.out.models = append(d.out.models, m.Name)
 	}
@@ -131,12 +131,12 @@ type streamOut struct {
 	// rec is the recorder, started with the run, and b the batch of notes being filled.
 	rec *recorder
 	b   *recBatch
-	// pending are each worker's calls' edges not yet handed to the recorder, handed when there
-	// are gather of them (none for the worker's first call, whose intervals go out at once);
-	// submits are the calls submitted to each worker in submission order (those still in
-	// flight bound what is final).
+	// pending are each worker's calls' edges not yet handed to the recorder, handed
+	// edgesPerHandover at a time once started says the worker's first call went over (at
+	// once, so that its intervals go out early); submits are the calls submitted to each
+	// worker in submission order (those still in flight bound what is final).
 	pending []edgeList
-	gather  []int
+	started []bool
 	submits []fifo[submission]
 	// hold keeps every interval until the end of the run (cancelled calls may have started
 	// at 0).
@@ -205,13 +205,6 @@ func (d *Driver) retire(force bool) error {
 // emit hands on the records of a query leaving the window: its calls that ran and its
 // outcome.
 func (d *Driver) emit(qs *queryState) error {
-	recs := d.recs[:0]
-	for i := range qs.q.Calls {
-		id := qs.first + i
-		if st := d.cs(id).status; st == callDone || st == callFailed || (st == callCancelled && d.cs(id).ran) {
-			recs = append(recs, d.callRecord(id))
-		}
-	}
 	o := d.outcome(qs)
 	if qs.q.Gold != "" {
 		d.gold++
@@ -219,19 +212,27 @@ func (d *Driver) emit(qs *queryState) error {
 			d.agg++
 		}
 	}
-	defer func() {
-		clear(recs)
-		d.recs = recs[:0]
-	}()
 	if d.res != nil {
-		d.res.Calls = append(d.res.Calls, recs...)
+		d.res.Calls = d.appendRecords(d.res.Calls, qs)
 		d.res.Queries = append(d.res.Queries, o)
 		return nil
 	}
 	b := d.out.note(recOp{kind: recQueryDone})
-	b.recs = append(b.recs, recs...)
-	b.queries = append(b.queries, recQuery{q: qs.q, o: o, calls: len(recs)})
+	n := len(b.recs)
+	b.recs = d.appendRecords(b.recs, qs)
+	b.queries = append(b.queries, recQuery{q: qs.q, o: o, calls: len(b.recs) - n})
 	return d.out.send(false)
+}
+
+// appendRecords appends to recs the records of query qs's calls that ran, in call-ID order.
+func (d *Driver) appendRecords(recs []CallRecord, qs *queryState) []CallRecord {
+	for i := range qs.q.Calls {
+		id := qs.first + i
+		if st := d.cs(id).status; st == callDone || st == callFailed || (st == callCancelled && d.cs(id).ran) {
+			recs = append(recs, d.callRecord(id))
+		}
+	}
+	return recs
 }
 
 // workloadAnswer is the query's answer as its workload gives it, every call run
@@ -287,10 +288,10 @@ func (d *Driver) traced(id int) error {
 	}
 	l := &out.pending[cs.worker]
 	l.add(cs.timing.Started, cs.timing.End, int32(cs.model))
-	if l.edges() < out.gather[cs.worker] {
+	if out.started[cs.worker] && l.edges() < edgesPerHandover {
 		return nil
 	}
-	out.gather[cs.worker] = edgesPerHandover
+	out.started[cs.worker] = true
 	return d.handover(cs.worker, !out.hold)
 }
 
