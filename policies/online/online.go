@@ -170,11 +170,9 @@ type Policy struct {
 	waited  sparse.Slice[float64]
 	before  sparse.Slice[float64]
 	// sjf is the expected output tokens of a layer's calls of a model (OrderSJF).
-	sjf map[policies.LayerModel]float64
-	// priority says each model's engine schedules by priority: a call carries its rank there.
-	priority map[string]bool
-	plans    []*placement.StagePlan
-	replans  int
+	sjf     map[policies.LayerModel]float64
+	plans   []*placement.StagePlan
+	replans int
 	// dropped are queued calls cancelled before they were submitted.
 	dropped map[int]bool
 	// Overlap (calls released open): a query's open calls wait in held until every other
@@ -182,12 +180,16 @@ type Policy struct {
 	// holds a worker only while its inputs are in flight, never while they wait for a worker.
 	held   map[int][]policies.CallRef
 	unsent sparse.Slice[int32] // by query ID
-	// waiting is scratch of swaps, open of dispatch, acts of OnEvent; dispatches counts
-	// dispatch's calls (see model.openAt).
-	waiting    []*model
-	open       []*worker
-	acts       []policies.Action
-	dispatches int
+	// free are the workers with nothing in flight, no load or unload under way and no model
+	// wanted (only they can be idle), wanting those with a model wanted (only they can be
+	// switching): kept by touch as the workers change, so that an event visits the workers
+	// it may concern rather than all of them (a 64-GPU cluster's policy visited each worker
+	// several times an event).
+	free, wanting workerSet
+	// waiting is scratch of swaps, open of dispatch, acts of OnEvent.
+	waiting []*model
+	open    []*worker
+	acts    []policies.Action
 }
 
 // model is one model's queue of ready calls and what the policy knows of it, cached at Start.
@@ -203,14 +205,19 @@ type model struct {
 	// tokens of its call.
 	patient time.Duration
 	meanOut float64
+	// priority says its engine schedules by priority: a call carries its rank there.
+	priority bool
 	// assigned says the plan gives it some worker; released counts its calls released since
-	// the last plan; replicas is scratch of swaps; openAt is the last dispatch (numbered by
-	// Policy.dispatches) that found a worker able to take its calls.
+	// the last plan.
 	assigned bool
 	released int
-	replicas int
-	openAt   int
+	// servers are the workers whose active model it is, in worker order (Policy.serve keeps
+	// them); planned those the plan assigns it, in worker order.
+	servers, planned []*worker
 }
+
+// replicas is how many workers serve the model.
+func (m *model) replicas() int { return len(m.servers) }
 
 type worker struct {
 	id      policies.WorkerID
@@ -294,11 +301,15 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 	for w := range p.workers {
 		p.workers[w] = &worker{id: policies.WorkerID(w)}
 	}
+	p.free, p.wanting = newWorkerSet(W), newWorkerSet(W)
+	for _, wk := range p.workers {
+		p.touch(wk)
+	}
 	p.dropped = map[int]bool{}
 	p.held = map[int][]policies.CallRef{}
 	p.resetIDs()
 	p.models, p.byName = nil, map[string]*model{}
-	p.sjf, p.priority = map[policies.LayerModel]float64{}, map[string]bool{}
+	p.sjf = map[policies.LayerModel]float64{}
 	switch p.opts.Order {
 	case OrderDeepest, OrderFCFS, OrderSJF, OrderPLAS, OrderATLAS:
 	default:
@@ -329,10 +340,10 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 				m.limitOn[w] = m.limit
 			}
 		}
+		m.priority = enginePriority(info)
 		m.guard = p.opts.Starve > 0 && (p.opts.Order == OrderPLAS || p.opts.Order == OrderATLAS)
 		p.models = append(p.models, m)
 		p.byName[info.Name] = m
-		p.priority[info.Name] = enginePriority(info)
 		for l := range v.Layers() {
 			lm := policies.LayerModel{Layer: l, Model: info.Name}
 			if d := p.opts.Outputs[lm]; d != nil {
@@ -465,11 +476,12 @@ func (p *Policy) place(v policies.View, counts map[string]int, prompts map[strin
 func (p *Policy) adopt(plan [][]*model, counts map[string]int) {
 	p.plan = plan
 	for _, m := range p.models {
-		m.assigned, m.released = false, 0
+		m.assigned, m.released, m.planned = false, 0, m.planned[:0]
 	}
-	for _, models := range plan {
+	for w, models := range plan {
 		for _, m := range models {
 			m.assigned = true
+			m.planned = append(m.planned, p.workers[w])
 		}
 	}
 	p.planMix = p.mix(counts)
@@ -552,12 +564,28 @@ func (p *Policy) mix(counts map[string]int) map[string]float64 {
 func (p *Policy) load(wk *worker, m *model) policies.Action {
 	p.serve(wk, m)
 	wk.loading, wk.want = true, ""
+	p.touch(wk)
 	return policies.Load(wk.id, m.name)
 }
 
 // serve makes m the worker's active model.
 func (p *Policy) serve(wk *worker, m *model) {
+	if wk.am != m {
+		if old := wk.am; old != nil {
+			old.servers = slices.DeleteFunc(old.servers, func(s *worker) bool { return s == wk })
+		}
+		i, _ := slices.BinarySearchFunc(m.servers, wk.id, func(s *worker, id policies.WorkerID) int { return cmp.Compare(s.id, id) })
+		m.servers = slices.Insert(m.servers, i, wk)
+	}
 	wk.active, wk.am = m.name, m
+}
+
+// touch files worker wk in the free and wanting sets after a change of its state: every
+// change of its loading, unloading or wanted model, and of its calls in flight from or to
+// none, is followed by one.
+func (p *Policy) touch(wk *worker) {
+	p.free.put(wk.id, wk.inflight == 0 && !wk.loading && wk.want == "" && wk.unloading == "")
+	p.wanting.put(wk.id, wk.want != "")
 }
 
 // enqueue adds released calls to their models' queues; open ones wait until their query's
@@ -716,6 +744,9 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 				wk.outstanding -= p.flight.Get(id)
 				wk.inflight--
 				p.flight.Set(id, -1)
+				if wk.inflight == 0 {
+					p.touch(wk) // its last call: it may be free
+				}
 			}
 		}
 	case policies.EventLoaded:
@@ -723,11 +754,13 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 		wk.held = append(wk.held, e.Model)
 		if wk.active == e.Model {
 			wk.loading, wk.loadedAt = false, e.At
+			p.touch(wk)
 		}
 	case policies.EventUnloaded:
 		wk := p.workers[e.Worker]
 		if wk.unloading == e.Model {
 			wk.unloading = ""
+			p.touch(wk)
 		}
 		if wk.want != "" && wk.unloading == "" && policies.CanLoad(v, wk.id, wk.want) {
 			acts = append(acts, p.load(wk, p.byName[wk.want]))
@@ -744,36 +777,27 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 // dispatch hands queued calls to the workers that serve their model and have room, each to
 // the one with the least expected outstanding work, and returns acts with the submissions.
 func (p *Policy) dispatch(acts []policies.Action, v policies.View) []policies.Action {
-	// The workers that can take a call of their model now, in order (what makes a worker able
-	// does not change while it is handed calls, but its room).
-	open := p.open[:0]
-	p.dispatches++
-	for _, wk := range p.workers {
-		if m := wk.am; m != nil && !wk.loading && wk.want == "" && wk.inflight < m.limitOn[wk.id] && slices.Contains(wk.held, m.name) {
-			open = append(open, wk)
-			m.openAt = p.dispatches
-		}
-	}
-	p.open = open
-	if len(open) == 0 {
-		return acts
-	}
 	for _, m := range p.models {
-		if m.openAt != p.dispatches {
-			continue // no worker able to take a call serves it
-		}
 		q := &m.queue
-		prio, known := false, false // whether m's engine schedules by priority, looked up once
-		for q.len() > 0 {
-			var best *worker
-			for _, wk := range open {
-				if wk.am == m && wk.inflight < m.limitOn[wk.id] && (best == nil || wk.outstanding < best.outstanding) {
+		if q.len() == 0 {
+			continue
+		}
+		// The workers serving m that can take a call of it now, in order (what makes a worker
+		// able does not change while calls are handed out, but its room; handing out one
+		// model's calls changes no other model's workers). Each call goes to the first of
+		// them with the least expected outstanding work that still has room.
+		open := p.open[:0]
+		var best *worker
+		for _, wk := range m.servers {
+			if !wk.loading && wk.want == "" && wk.inflight < m.limitOn[wk.id] && slices.Contains(wk.held, m.name) {
+				open = append(open, wk)
+				if best == nil || wk.outstanding < best.outstanding {
 					best = wk
 				}
 			}
-			if best == nil {
-				break
-			}
+		}
+		p.open = open
+		for best != nil && q.len() > 0 {
 			c := p.next(m, v)
 			p.sent(c)
 			if len(p.dropped) > 0 && p.dropped[c.id] {
@@ -784,13 +808,22 @@ func (p *Policy) dispatch(acts []policies.Action, v policies.View) []policies.Ac
 			p.flight.Set(c.id, tokens)
 			best.inflight++
 			best.outstanding += tokens
-			if !known {
-				prio, known = p.priority[m.name], true
+			if best.inflight == 1 {
+				p.touch(best) // its first call: it is no longer free
 			}
-			if prio {
+			if m.priority {
 				acts = append(acts, policies.SubmitPriority(best.id, c.id, int(c.rank)))
 			} else {
 				acts = append(acts, policies.Submit(best.id, c.id))
+			}
+			if q.len() == 0 {
+				break
+			}
+			best = nil
+			for _, wk := range open {
+				if wk.inflight < m.limitOn[wk.id] && (best == nil || wk.outstanding < best.outstanding) {
+					best = wk
+				}
 			}
 		}
 	}
@@ -828,6 +861,7 @@ func (p *Policy) switchTo(wk *worker, m *model, v policies.View) []policies.Acti
 	old := wk.active
 	p.serve(wk, m)
 	wk.want = m.name
+	p.touch(wk)
 	if old != "" && wk.unloading == "" && slices.Contains(wk.held, old) && !slices.Contains(wk.held, m.name) && !policies.CanLoad(v, wk.id, m.name) {
 		return []policies.Action{p.unload(wk, old)}
 	}
@@ -843,27 +877,18 @@ func (p *Policy) switchTo(wk *worker, m *model, v policies.View) []policies.Acti
 // patience, a worker of the most replicated model.
 func (p *Policy) swaps(v policies.View) []policies.Action {
 	var acts []policies.Action
-	for _, m := range p.models {
-		m.replicas = 0
-	}
-	for _, wk := range p.workers {
-		if wk.am != nil {
-			wk.am.replicas++
-		}
-	}
 	move := func(wk *worker, target *model) {
-		if wk.am != nil {
-			wk.am.replicas--
-		}
-		target.replicas++
 		if wk.inflight == 0 {
 			acts = append(acts, p.switchTo(wk, target, v)...)
 		} else {
 			p.serve(wk, target) // drains, then switches (drained)
 			wk.want = target.name
+			p.touch(wk)
 		}
 	}
-	for _, wk := range p.workers {
+	// Only a free worker can be idle; moving one changes no other worker.
+	for id := p.free.next(0); id >= 0; id = p.free.next(id + 1) {
+		wk := p.workers[id]
 		if !p.idle(wk) {
 			continue
 		}
@@ -876,7 +901,7 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 	now := v.Now()
 	waiting := p.waiting[:0]
 	for _, m := range p.models {
-		if m.len() > 0 && m.replicas == 0 && now-m.since >= m.patient {
+		if m.len() > 0 && m.replicas() == 0 && now-m.since >= m.patient {
 			// Insert in order of since (stable: the models' order among equals).
 			i := len(waiting)
 			waiting = append(waiting, m)
@@ -888,32 +913,37 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 	}
 	p.waiting = waiting
 	for _, m := range waiting {
-		if m.replicas > 0 {
+		if m.replicas() > 0 {
 			continue
 		}
+		// Any worker may take it, or only one the plan assigns it (the same visit in worker
+		// order, of the workers the other would not skip).
+		candidates := m.planned
 		anyWorker := !m.assigned || now-m.since >= 2*m.patient
+		if anyWorker {
+			candidates = p.workers
+		}
 		var best *worker
-		for _, wk := range p.workers {
+		bestMine := false
+		for _, wk := range candidates {
 			if wk.want != "" || wk.loading || wk.unloading != "" || !m.runs[wk.id] {
 				continue
 			}
 			if !p.idle(wk) && wk.am != nil && now-wk.loadedAt < wk.am.patient {
 				continue // it keeps a model it loaded for the patience
 			}
-			mine := slices.Contains(p.plan[wk.id], m)
-			if !mine && !anyWorker {
-				continue // the worker assigned to it takes it
-			}
-			if best == nil || better(wk, best, mine, slices.Contains(p.plan[best.id], m)) {
-				best = wk
+			mine := !anyWorker || slices.Contains(p.plan[wk.id], m)
+			if best == nil || better(wk, best, mine, bestMine) {
+				best, bestMine = wk, mine
 			}
 		}
 		if best != nil {
 			move(best, m)
 		}
 	}
-	for _, wk := range p.workers {
-		if wk.switching() {
+	// Only a worker that wants a model can be switching; draining one changes no other.
+	for id := p.wanting.next(0); id >= 0; id = p.wanting.next(id + 1) {
+		if wk := p.workers[id]; wk.switching() {
 			acts = append(acts, p.drained(wk, v)...)
 		}
 	}
@@ -947,13 +977,13 @@ func (p *Policy) idleTarget(wk *worker) *model {
 		if n == 0 || m == wk.am || !m.runs[wk.id] {
 			continue
 		}
-		if m.replicas == 0 {
+		if m.replicas() == 0 {
 			if !m.assigned {
 				return m
 			}
 			continue
 		}
-		if d := float64(n) / float64(m.replicas*m.limit); p.opts.Steal > 0 && d > p.opts.Steal && d > depth {
+		if d := float64(n) / float64(m.replicas()*m.limit); p.opts.Steal > 0 && d > p.opts.Steal && d > depth {
 			target, depth = m, d
 		}
 	}
@@ -984,13 +1014,14 @@ func (wk *worker) replicasOfActive() int {
 	if wk.am == nil {
 		return 0
 	}
-	return wk.am.replicas
+	return wk.am.replicas()
 }
 
 // unload asks worker wk to unload model.
 func (p *Policy) unload(wk *worker, model string) policies.Action {
 	wk.unloading = model
 	wk.held = slices.DeleteFunc(wk.held, func(h string) bool { return h == model })
+	p.touch(wk)
 	return policies.Unload(wk.id, model)
 }
 
@@ -1004,6 +1035,7 @@ func (p *Policy) drained(wk *worker, v policies.View) []policies.Action {
 	for _, h := range wk.held {
 		if h == wk.want {
 			wk.want, wk.loading = "", false // it holds the model already
+			p.touch(wk)
 			return nil
 		}
 	}

@@ -165,6 +165,7 @@ func TestOnlineLeastOutstanding(t *testing.T) {
 	p.flight.Set(100, 250)
 	p.workers[0].inflight, p.workers[0].outstanding = 1, 250
 	p.workers[2].loading = true
+	indexWorkers(p)
 	var calls []policies.CallRef
 	for i := range 4 {
 		calls = append(calls, policies.CallRef{ID: i, Query: i, Model: "M", Ready: time.Duration(i)})

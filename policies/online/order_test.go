@@ -203,11 +203,11 @@ func TestPinnedPlacements(t *testing.T) {
 func TestEnginePriority(t *testing.T) {
 	for _, byPriority := range []bool{true, false} {
 		p := New(Options{Order: OrderPLAS, Starve: -1, MaxInFlight: 4})
-		m := &model{name: "M", meanOut: 100, limit: 4, limitOn: []int{4}, runs: []bool{true}}
+		m := &model{name: "M", meanOut: 100, limit: 4, limitOn: []int{4}, runs: []bool{true}, priority: byPriority}
 		p.models, p.byName = []*model{m}, map[string]*model{"M": m}
-		p.priority = map[string]bool{"M": byPriority}
 		p.dropped, p.held = map[int]bool{}, map[int][]policies.CallRef{}
 		p.workers = []*worker{{id: 0, active: "M", am: m, held: []string{"M"}}}
+		indexWorkers(p)
 		p.service.Set(1, 25) // level 2
 		p.enqueue([]policies.CallRef{{ID: 10, Query: 1, Model: "M"}, {ID: 20, Query: 2, Model: "M"}})
 		acts := p.dispatch(nil, clockView{})
