@@ -186,10 +186,12 @@ type Policy struct {
 	// it may concern rather than all of them (a 64-GPU cluster's policy visited each worker
 	// several times an event).
 	free, wanting workerSet
-	// waiting is scratch of swaps, open of dispatch, acts of OnEvent.
-	waiting []*model
-	open    []*worker
-	acts    []policies.Action
+	// backlog and waiting are scratch of swaps, open of dispatch, acts of OnEvent; swapsN
+	// numbers swaps' calls (see model.depthIn).
+	backlog, waiting []*model
+	swapsN           int
+	open             []*worker
+	acts             []policies.Action
 }
 
 // model is one model's queue of ready calls and what the policy knows of it, cached at Start.
@@ -214,10 +216,24 @@ type model struct {
 	// servers are the workers whose active model it is, in worker order (Policy.serve keeps
 	// them); planned those the plan assigns it, in worker order.
 	servers, planned []*worker
+	// depth is its calls waiting per replica slot as of swaps call number depthAt (see
+	// depthIn; 0: none).
+	depth   float64
+	depthAt int
 }
 
 // replicas is how many workers serve the model.
 func (m *model) replicas() int { return len(m.servers) }
+
+// depthIn returns the model's calls waiting per replica slot in swaps call number at,
+// worked out once for the idle workers that call it ask about: neither its queue nor, but
+// through serve (which forgets it), its replicas change within a call.
+func (m *model) depthIn(at int) float64 {
+	if m.depthAt != at {
+		m.depth, m.depthAt = float64(m.len())/float64(m.replicas()*m.limit), at
+	}
+	return m.depth
+}
 
 type worker struct {
 	id      policies.WorkerID
@@ -576,6 +592,10 @@ func (p *Policy) serve(wk *worker, m *model) {
 		}
 		i, _ := slices.BinarySearchFunc(m.servers, wk.id, func(s *worker, id policies.WorkerID) int { return cmp.Compare(s.id, id) })
 		m.servers = slices.Insert(m.servers, i, wk)
+		m.depthAt = 0
+		if old := wk.am; old != nil {
+			old.depthAt = 0
+		}
 	}
 	wk.active, wk.am = m.name, m
 }
@@ -877,6 +897,7 @@ func (p *Policy) switchTo(wk *worker, m *model, v policies.View) []policies.Acti
 // patience, a worker of the most replicated model.
 func (p *Policy) swaps(v policies.View) []policies.Action {
 	var acts []policies.Action
+	p.swapsN++
 	move := func(wk *worker, target *model) {
 		if wk.inflight == 0 {
 			acts = append(acts, p.switchTo(wk, target, v)...)
@@ -886,13 +907,26 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 			p.touch(wk)
 		}
 	}
-	// Only a free worker can be idle; moving one changes no other worker.
+	// Only a free worker can be idle; moving one changes no other worker. backlog is the
+	// models with calls waiting, in order, listed for the first idle worker: only they can
+	// draw one but by a re-plan (moves change no queue).
+	var backlog []*model
+	listed := false
 	for id := p.free.next(0); id >= 0; id = p.free.next(id + 1) {
 		wk := p.workers[id]
 		if !p.idle(wk) {
 			continue
 		}
-		if target := p.idleTarget(wk); target != nil && target != wk.am {
+		if !listed {
+			backlog, listed = p.backlog[:0], true
+			for _, m := range p.models {
+				if m.len() > 0 {
+					backlog = append(backlog, m)
+				}
+			}
+			p.backlog = backlog
+		}
+		if target := p.idleTarget(wk, backlog); target != nil && target != wk.am {
 			move(wk, target)
 		}
 	}
@@ -953,8 +987,8 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 // idleTarget is the model an idle worker goes to: the next of its assigned models with calls
 // waiting (the one whose calls waited longest), its new model after a re-plan, a model with
 // calls waiting that no worker is assigned to, or the deepest backlog per replica (work
-// stealing); nil for none.
-func (p *Policy) idleTarget(wk *worker) *model {
+// stealing); nil for none. backlog is the models with calls waiting, in the models' order.
+func (p *Policy) idleTarget(wk *worker, backlog []*model) *model {
 	var target *model
 	// Its own assigned models first, the one whose calls waited longest.
 	for _, m := range p.plan[wk.id] {
@@ -972,9 +1006,8 @@ func (p *Policy) idleTarget(wk *worker) *model {
 	// a time-sharing worker waits for it, or for the patience to run out), else the deepest
 	// backlog.
 	depth := 0.0
-	for _, m := range p.models {
-		n := m.len()
-		if n == 0 || m == wk.am || !m.runs[wk.id] {
+	for _, m := range backlog {
+		if m == wk.am || !m.runs[wk.id] {
 			continue
 		}
 		if m.replicas() == 0 {
@@ -983,7 +1016,7 @@ func (p *Policy) idleTarget(wk *worker) *model {
 			}
 			continue
 		}
-		if d := float64(n) / float64(m.replicas()*m.limit); p.opts.Steal > 0 && d > p.opts.Steal && d > depth {
+		if d := m.depthIn(p.swapsN); p.opts.Steal > 0 && d > p.opts.Steal && d > depth {
 			target, depth = m, d
 		}
 	}
