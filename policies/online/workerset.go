@@ -23,9 +23,6 @@ func (s workerSet) put(id policies.WorkerID, in bool) {
 	}
 }
 
-// has reports whether worker id is in the set.
-func (s workerSet) has(id policies.WorkerID) bool { return s[int(id)>>6]&(1<<(uint(id)&63)) != 0 }
-
 // next returns the smallest worker ID at or after from in the set, or -1 when there is none.
 func (s workerSet) next(from int) int {
 	i := from >> 6

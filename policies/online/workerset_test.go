@@ -27,6 +27,9 @@ func indexWorkers(p *Policy) {
 	}
 }
 
+// has reports whether worker id is in the set.
+func (s workerSet) has(id policies.WorkerID) bool { return s[int(id)>>6]&(1<<(uint(id)&63)) != 0 }
+
 // checkIndexes reports where the policy's worker indexes differ from what its workers' states
 // give.
 func checkIndexes(p *Policy) error {
