@@ -186,6 +186,10 @@ type Policy struct {
 	// it may concern rather than all of them (a 64-GPU cluster's policy visited each worker
 	// several times an event).
 	free, wanting workerSet
+	// moved are the workers a re-plan took off their active model (it is not among their
+	// planned models): an idle one goes to its new model with no call waiting (see idleTarget).
+	// visit is swaps' scratch: the idle workers it asks.
+	moved, visit workerSet
 	// backlog and waiting are scratch of swaps, open of dispatch, acts of OnEvent; swapsN
 	// numbers swaps' calls (see model.depthIn).
 	backlog, waiting []*model
@@ -214,12 +218,16 @@ type model struct {
 	assigned bool
 	released int
 	// servers are the workers whose active model it is, in worker order (Policy.serve keeps
-	// them); planned those the plan assigns it, in worker order.
+	// them); planned those the plan assigns it, in worker order, and plannedSet the same.
 	servers, planned []*worker
+	plannedSet       workerSet
 	// depth is its calls waiting per replica slot as of swaps call number depthAt (see
 	// depthIn; 0: none).
 	depth   float64
 	depthAt int
+	// full says none of its servers could take a call when dispatch last looked, and none has
+	// changed since (Policy.unblock forgets it): dispatch passes it by.
+	full bool
 }
 
 // replicas is how many workers serve the model.
@@ -236,10 +244,17 @@ func (m *model) depthIn(at int) float64 {
 }
 
 type worker struct {
-	id      policies.WorkerID
-	active  string // the model it serves (held or loading)
-	am      *model // active's state (nil when active is "")
-	loading bool
+	id policies.WorkerID
+	// What dispatch reads of each server, together: its calls in flight (their expected
+	// tokens are in Policy.flight) and their expected outstanding tokens, and whether it
+	// serves its active model, holding it, neither loading nor wanting another (kept by
+	// Policy.touch).
+	inflight    int
+	outstanding float64
+	serving     bool
+	loading     bool
+	active      string // the model it serves (held or loading)
+	am          *model // active's state (nil when active is "")
 	// unloading is the model whose unload this policy requested and that has not completed;
 	// want the model to load once it has.
 	unloading string
@@ -249,9 +264,7 @@ type worker struct {
 	loadedAt time.Duration
 	// held are the models it holds (loaded, not being unloaded), as the policy's own actions
 	// and the backend's events say.
-	held        []string
-	outstanding float64
-	inflight    int // calls in flight (their expected tokens are in Policy.flight)
+	held []string
 }
 
 var _ policies.Policy = (*Policy)(nil)
@@ -318,6 +331,7 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 		p.workers[w] = &worker{id: policies.WorkerID(w)}
 	}
 	p.free, p.wanting = newWorkerSet(W), newWorkerSet(W)
+	p.moved, p.visit = newWorkerSet(W), newWorkerSet(W)
 	for _, wk := range p.workers {
 		p.touch(wk)
 	}
@@ -493,12 +507,20 @@ func (p *Policy) adopt(plan [][]*model, counts map[string]int) {
 	p.plan = plan
 	for _, m := range p.models {
 		m.assigned, m.released, m.planned = false, 0, m.planned[:0]
+		if m.plannedSet == nil {
+			m.plannedSet = newWorkerSet(len(p.workers))
+		}
+		clear(m.plannedSet)
 	}
 	for w, models := range plan {
 		for _, m := range models {
 			m.assigned = true
 			m.planned = append(m.planned, p.workers[w])
+			m.plannedSet.put(policies.WorkerID(w), true)
 		}
+	}
+	for _, wk := range p.workers {
+		p.noteMoved(wk)
 	}
 	p.planMix = p.mix(counts)
 }
@@ -598,14 +620,33 @@ func (p *Policy) serve(wk *worker, m *model) {
 		}
 	}
 	wk.active, wk.am = m.name, m
+	p.noteMoved(wk)
 }
 
-// touch files worker wk in the free and wanting sets after a change of its state: every
-// change of its loading, unloading or wanted model, and of its calls in flight from or to
-// none, is followed by one.
+// noteMoved files worker wk in the moved set after a change of its active model or of the
+// plan.
+func (p *Policy) noteMoved(wk *worker) {
+	plan := p.plan[wk.id]
+	p.moved.put(wk.id, wk.am != nil && len(plan) > 0 && !slices.Contains(plan, wk.am))
+}
+
+// touch files worker wk in the free and wanting sets, and notes whether it is serving, after a
+// change of its state: every change of its loading, unloading, wanted or active model, and of
+// its calls in flight from or to none, is followed by one, as is a load of its active model.
 func (p *Policy) touch(wk *worker) {
 	p.free.put(wk.id, wk.inflight == 0 && !wk.loading && wk.want == "" && wk.unloading == "")
 	p.wanting.put(wk.id, wk.want != "")
+	wk.serving = !wk.loading && wk.want == "" && wk.am != nil && slices.Contains(wk.held, wk.active)
+	p.unblock(wk)
+}
+
+// unblock notes a change that may let worker wk take a call of its active model: a touch
+// (which follows every change of its active model, and a load that ends), or a call that left
+// it.
+func (p *Policy) unblock(wk *worker) {
+	if wk.am != nil {
+		wk.am.full = false
+	}
 }
 
 // enqueue adds released calls to their models' queues; open ones wait until their query's
@@ -763,6 +804,7 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 			if id := e.Call.ID; p.flight.Get(id) >= 0 {
 				wk.outstanding -= p.flight.Get(id)
 				wk.inflight--
+				p.unblock(wk)
 				p.flight.Set(id, -1)
 				if wk.inflight == 0 {
 					p.touch(wk) // its last call: it may be free
@@ -802,21 +844,14 @@ func (p *Policy) dispatch(acts []policies.Action, v policies.View) []policies.Ac
 		if q.len() == 0 {
 			continue
 		}
-		// The workers serving m that can take a call of it now, in order (what makes a worker
-		// able does not change while calls are handed out, but its room; handing out one
-		// model's calls changes no other model's workers). Each call goes to the first of
-		// them with the least expected outstanding work that still has room.
-		open := p.open[:0]
-		var best *worker
-		for _, wk := range m.servers {
-			if !wk.loading && wk.want == "" && wk.inflight < m.limitOn[wk.id] && slices.Contains(wk.held, m.name) {
-				open = append(open, wk)
-				if best == nil || wk.outstanding < best.outstanding {
-					best = wk
-				}
+		if m.full {
+			if checkFull != nil {
+				_, best := p.able(m)
+				checkFull(m, best)
 			}
+			continue
 		}
-		p.open = open
+		open, best := p.able(m)
 		for best != nil && q.len() > 0 {
 			c := p.next(m, v)
 			p.sent(c)
@@ -846,9 +881,33 @@ func (p *Policy) dispatch(acts []policies.Action, v policies.View) []policies.Ac
 				}
 			}
 		}
+		// Calls left waiting: every server is full or unable, until one changes.
+		m.full = q.len() > 0
 	}
 	return acts
 }
+
+// able lists the workers serving m that can take a call of it now, in order (what makes a
+// worker able does not change while calls are handed out, but its room; handing out one
+// model's calls changes no other model's workers), and the first of them with the least
+// expected outstanding work. Each call goes to such a worker.
+func (p *Policy) able(m *model) (open []*worker, best *worker) {
+	open = p.open[:0]
+	for _, wk := range m.servers {
+		if wk.serving && wk.inflight < m.limitOn[wk.id] {
+			open = append(open, wk)
+			if best == nil || wk.outstanding < best.outstanding {
+				best = wk
+			}
+		}
+	}
+	p.open = open
+	return open, best
+}
+
+// checkFull, when set (by tests), is handed each model dispatch passes by as full, with the
+// worker it would have given a call (which must be none).
+var checkFull func(m *model, best *worker)
 
 // next takes the next call from m's queue, after the anti-starvation rule (Autellix's
 // Algorithm 1, lines 24-30) moved the calls that starved to the first level: a call whose
@@ -907,27 +966,24 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 			p.touch(wk)
 		}
 	}
-	// Only a free worker can be idle; moving one changes no other worker. backlog is the
-	// models with calls waiting, in order, listed for the first idle worker: only they can
-	// draw one but by a re-plan (moves change no queue).
-	var backlog []*model
-	listed := false
-	for id := p.free.next(0); id >= 0; id = p.free.next(id + 1) {
-		wk := p.workers[id]
-		if !p.idle(wk) {
-			continue
+	// Only a free worker can be idle; moving one changes no other worker.
+	if backlog, visit := p.idleVisit(); visit != nil {
+		each, checking := visit, checkSkipped != nil
+		if checking {
+			each = p.free // tests: ask the others too, and check they stay
 		}
-		if !listed {
-			backlog, listed = p.backlog[:0], true
-			for _, m := range p.models {
-				if m.len() > 0 {
-					backlog = append(backlog, m)
-				}
+		for id := each.next(0); id >= 0; id = each.next(id + 1) {
+			wk := p.workers[id]
+			if !p.idle(wk) {
+				continue
 			}
-			p.backlog = backlog
-		}
-		if target := p.idleTarget(wk, backlog); target != nil && target != wk.am {
-			move(wk, target)
+			if checking && !visit.has(policies.WorkerID(id)) {
+				checkSkipped(wk, p.idleTarget(wk, backlog))
+				continue
+			}
+			if target := p.idleTarget(wk, backlog); target != nil && target != wk.am {
+				move(wk, target)
+			}
 		}
 	}
 	// Calls that waited too long with no replica, the longest waiting first: a worker assigned
@@ -983,6 +1039,50 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 	}
 	return acts
 }
+
+// idleVisit returns the models with calls waiting (backlog, in the models' order) and the free
+// workers swaps must ask where they go (nil for none), a superset of those idleTarget sends
+// somewhere. Moves in swaps' visit change no queue and move only idle workers, whose active
+// models have no calls waiting: so no model of the backlog loses a replica there, and none
+// that no idle worker would steal at the start of the visit becomes one to steal, or to take
+// for want of any replica, during it. Unless one is, at the start, the only idle workers
+// idleTarget sends anywhere are those the plan assigns a model of the backlog and those a
+// re-plan moved: the others are not asked (at 256 workers, asking every free worker after
+// every event was a fifth of the run).
+func (p *Policy) idleVisit() ([]*model, workerSet) {
+	if !p.free.any() {
+		return nil, nil
+	}
+	backlog := p.backlog[:0]
+	any := false
+	for _, m := range p.models {
+		if m.len() == 0 {
+			continue
+		}
+		backlog = append(backlog, m)
+		if m.replicas() == 0 {
+			any = any || !m.assigned
+		} else if d := m.depthIn(p.swapsN); p.opts.Steal > 0 && d > p.opts.Steal {
+			any = true
+		}
+	}
+	p.backlog = backlog
+	if any {
+		return backlog, p.free
+	}
+	visit := p.visit
+	copy(visit, p.moved)
+	for _, m := range backlog {
+		visit.or(m.plannedSet)
+	}
+	visit.and(p.free)
+	return backlog, visit
+}
+
+// checkSkipped, when set (by tests), makes swaps ask the idle workers idleVisit leaves out
+// too, in turn, and hands it each one with its target (which must be none or its model), in
+// place of moving it.
+var checkSkipped func(wk *worker, target *model)
 
 // idleTarget is the model an idle worker goes to: the next of its assigned models with calls
 // waiting (the one whose calls waited longest), its new model after a re-plan, a model with

@@ -23,6 +23,9 @@ func (s workerSet) put(id policies.WorkerID, in bool) {
 	}
 }
 
+// has reports whether worker id is in the set.
+func (s workerSet) has(id policies.WorkerID) bool { return s[int(id)>>6]&(1<<(uint(id)&63)) != 0 }
+
 // next returns the smallest worker ID at or after from in the set, or -1 when there is none.
 func (s workerSet) next(from int) int {
 	i := from >> 6
@@ -38,4 +41,28 @@ func (s workerSet) next(from int) int {
 		}
 	}
 	return -1
+}
+
+// any reports whether the set has a member.
+func (s workerSet) any() bool {
+	for _, w := range s {
+		if w != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// or adds t's members to s (a set of as many workers).
+func (s workerSet) or(t workerSet) {
+	for i := range s {
+		s[i] |= t[i]
+	}
+}
+
+// and keeps in s only t's members (a set of as many workers).
+func (s workerSet) and(t workerSet) {
+	for i := range s {
+		s[i] &= t[i]
+	}
 }

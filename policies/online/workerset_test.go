@@ -1,34 +1,42 @@
 package online
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/policies/internal/policytest"
+	"github.com/mosaic-sched/mosaic/simulated"
 )
 
 // indexWorkers builds the policy's worker indexes (each model's servers, the free and wanting
 // sets) from its workers' states, for tests that set the workers up by hand.
 func indexWorkers(p *Policy) {
-	p.free, p.wanting = newWorkerSet(len(p.workers)), newWorkerSet(len(p.workers))
+	n := len(p.workers)
+	p.free, p.wanting, p.moved, p.visit = newWorkerSet(n), newWorkerSet(n), newWorkerSet(n), newWorkerSet(n)
+	if p.plan == nil {
+		p.plan = make([][]*model, n)
+	}
 	for _, m := range p.models {
-		m.servers = nil
+		m.servers, m.plannedSet = nil, newWorkerSet(n)
+		for _, wk := range m.planned {
+			m.plannedSet.put(wk.id, true)
+		}
 	}
 	for _, wk := range p.workers {
 		if wk.am != nil {
 			wk.am.servers = append(wk.am.servers, wk)
 		}
 		p.touch(wk)
+		p.noteMoved(wk)
 	}
 }
-
-// has reports whether worker id is in the set.
-func (s workerSet) has(id policies.WorkerID) bool { return s[int(id)>>6]&(1<<(uint(id)&63)) != 0 }
 
 // checkIndexes reports where the policy's worker indexes differ from what its workers' states
 // give.
@@ -52,16 +60,43 @@ func checkIndexes(p *Policy) error {
 		if p.free.has(wk.id) != free {
 			return fmt.Errorf("worker %d: in the free set %v, free %v (%+v)", wk.id, p.free.has(wk.id), free, *wk)
 		}
+		if serving := !wk.loading && wk.want == "" && wk.am != nil && slices.Contains(wk.held, wk.active); wk.serving != serving {
+			return fmt.Errorf("worker %d: serving %v, want %v (%+v)", wk.id, wk.serving, serving, *wk)
+		}
 		if p.wanting.has(wk.id) != (wk.want != "") {
 			return fmt.Errorf("worker %d: in the wanting set %v, wants %q", wk.id, p.wanting.has(wk.id), wk.want)
 		}
 	}
+	for _, wk := range p.workers {
+		plan := p.plan[wk.id]
+		if moved := wk.am != nil && len(plan) > 0 && !slices.Contains(plan, wk.am); p.moved.has(wk.id) != moved {
+			return fmt.Errorf("worker %d: in the moved set %v, serving %v with plan %v", wk.id, p.moved.has(wk.id), wk.active, names(plan))
+		}
+	}
+	for _, m := range p.models {
+		if len(m.plannedSet) != len(p.free) {
+			return fmt.Errorf("model %s: planned set of %d words", m.name, len(m.plannedSet))
+		}
+		for _, wk := range p.workers {
+			if in := slices.Contains(m.planned, wk); m.plannedSet.has(wk.id) != in {
+				return fmt.Errorf("model %s: worker %d in the planned set %v, planned %v", m.name, wk.id, m.plannedSet.has(wk.id), in)
+			}
+		}
+	}
 	for w := len(p.workers); w < 64*len(p.free); w++ {
-		if id := policies.WorkerID(w); p.free.has(id) || p.wanting.has(id) {
+		if id := policies.WorkerID(w); p.free.has(id) || p.wanting.has(id) || p.moved.has(id) {
 			return fmt.Errorf("no worker %d, but it is in a set", w)
 		}
 	}
 	return nil
+}
+
+func names(ms []*model) []string {
+	var out []string
+	for _, m := range ms {
+		out = append(out, m.name)
+	}
+	return out
 }
 
 func ids(ws []*worker) []policies.WorkerID {
@@ -112,6 +147,77 @@ func TestWorkerIndexes(t *testing.T) {
 			require.Greater(t, c.events, 4000, "events checked")
 		})
 	}
+}
+
+// TestIdleVisit has swaps ask the idle workers that idleVisit leaves out too, at their turn in
+// the visit, over runSpreads' runs: none may have a model to go to.
+func TestIdleVisit(t *testing.T) {
+	skipped := 0
+	checkSkipped = func(wk *worker, target *model) {
+		skipped++
+		if target != nil && target != wk.am {
+			t.Fatalf("worker %d (serving %s) was not asked, but would go to %s", wk.id, wk.active, target.name)
+		}
+	}
+	defer func() { checkSkipped = nil }()
+	runSpreads(t)
+	require.Greater(t, skipped, 10000, "idle workers left out of the visits")
+}
+
+// TestFullModels checks, each time dispatch passes a model by as full over runSpreads' runs,
+// that none of its servers could have taken a call.
+func TestFullModels(t *testing.T) {
+	passed := 0
+	checkFull = func(m *model, best *worker) {
+		passed++
+		if best != nil {
+			t.Fatalf("model %s was passed by as full, but worker %d could take a call", m.name, best.id)
+		}
+	}
+	defer func() { checkFull = nil }()
+	runSpreads(t)
+	require.Greater(t, passed, 10000, "models passed by")
+}
+
+// runSpreads runs the policy, its worker indexes checked, on 4 and 48 workers, 600 queries
+// arriving over time so that workers go idle and busy again, under each placement and with
+// stealing and frequent re-plans.
+func runSpreads(t *testing.T) {
+	for name, o := range map[string]Options{
+		"mosaic":      {},
+		"replan":      {Replan: 30 * time.Second, Steal: 0.5},
+		"everywhere":  {Placement: PlaceEverywhere},
+		"round-robin": {Placement: PlaceRoundRobin, Order: OrderFCFS},
+	} {
+		for _, workers := range []int{4, 48} {
+			t.Run(fmt.Sprintf("%s/%d", name, workers), func(t *testing.T) {
+				c := &indexChecked{Policy: New(o), t: t}
+				runSpread(t, c, workers, 600, 20*time.Millisecond*time.Duration(48/workers))
+			})
+		}
+	}
+}
+
+// runSpread runs p over BigMoA's first n queries on a simulated cluster of the given workers,
+// a query arriving every gap.
+func runSpread(t *testing.T, p policies.Policy, workers, n int, gap time.Duration) {
+	t.Helper()
+	infos, setups, _ := policytest.SimModels(t, policytest.LargeModels())
+	outs := policytest.BigMoAOutputs(t)
+	for i := range infos {
+		infos[i].Output = outs[infos[i].Name]
+	}
+	wl := policytest.BigMoA(t, n)
+	for i := range wl.Queries {
+		wl.Queries[i].Arrival = time.Duration(i) * gap
+	}
+	cl, err := simulated.New(simulated.Config{Workers: simulated.Identical(workers, setups), UnloadTime: policytest.ClusterUnloadTime})
+	require.NoError(t, err)
+	d, err := policies.NewDriver(cl, p, policies.ConfidenceSkip{Threshold: 1}, wl, infos, workers)
+	require.NoError(t, err)
+	res, err := d.Run(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, n, res.Summary().Queries)
 }
 
 // TestWorkerSet checks the set's bits across words: put, has, and next, which visits the
