@@ -186,9 +186,9 @@ type Policy struct {
 	// it may concern rather than all of them (a 64-GPU cluster's policy visited each worker
 	// several times an event).
 	free, wanting workerSet
-	// moved are the workers a re-plan took off their active model (it is not among their
-	// planned models): an idle one goes to its new model with no call waiting (see idleTarget).
-	// visit is swaps' scratch: the idle workers it asks.
+	// moved are the workers whose active model is not among their planned models (a re-plan
+	// moved them, or they stole or took on a model): an idle one goes to its planned model with
+	// no call waiting (see idleTarget). visit is swaps' scratch: the idle workers it asks.
 	moved, visit workerSet
 	// backlog and waiting are scratch of swaps, open of dispatch, acts of OnEvent; swapsN
 	// numbers swaps' calls (see model.depthIn).
@@ -245,16 +245,17 @@ func (m *model) depthIn(at int) float64 {
 
 type worker struct {
 	id policies.WorkerID
-	// What dispatch reads of each server, together: its calls in flight (their expected
+	// What dispatch reads of each server first, together: its calls in flight (their expected
 	// tokens are in Policy.flight) and their expected outstanding tokens, and whether it
 	// serves its active model, holding it, neither loading nor wanting another (kept by
 	// Policy.touch).
 	inflight    int
 	outstanding float64
 	serving     bool
-	loading     bool
-	active      string // the model it serves (held or loading)
-	am          *model // active's state (nil when active is "")
+	// loading says its active model is being loaded.
+	loading bool
+	active  string // the model it serves (held or loading)
+	am      *model // active's state (nil when active is "")
 	// unloading is the model whose unload this policy requested and that has not completed;
 	// want the model to load once it has.
 	unloading string
@@ -905,7 +906,7 @@ func (p *Policy) able(m *model) (open []*worker, best *worker) {
 	return open, best
 }
 
-// checkFull, when set (by tests), is handed each model dispatch passes by as full, with the
+// checkFull, when set (by tests, which then run one policy at a time), is handed each model dispatch passes by as full, with the
 // worker it would have given a call (which must be none).
 var checkFull func(m *model, best *worker)
 
@@ -1043,31 +1044,32 @@ func (p *Policy) swaps(v policies.View) []policies.Action {
 // idleVisit returns the models with calls waiting (backlog, in the models' order) and the free
 // workers swaps must ask where they go (nil for none), a superset of those idleTarget sends
 // somewhere. Moves in swaps' visit change no queue and move only idle workers, whose active
-// models have no calls waiting: so no model of the backlog loses a replica there, and none
-// that no idle worker would steal at the start of the visit becomes one to steal, or to take
-// for want of any replica, during it. Unless one is, at the start, the only idle workers
-// idleTarget sends anywhere are those the plan assigns a model of the backlog and those a
-// re-plan moved: the others are not asked (at 256 workers, asking every free worker after
-// every event was a fifth of the run).
+// models have no calls waiting: so no model of the backlog loses a replica there, its calls
+// waiting a replica only fall, and one with no replica has, once a move gives it one, at most
+// its calls waiting a replica slot. Every free worker is asked when a model of the backlog may
+// be one to steal during the visit (by that bound), or has no replica and no worker assigned
+// it; else the only idle workers idleTarget sends anywhere are those the plan assigns a model
+// of the backlog and those serving a model their plan does not hold: the others are not asked
+// (at 256 workers, asking every free worker after every event was a fifth of the run).
 func (p *Policy) idleVisit() ([]*model, workerSet) {
 	if !p.free.any() {
 		return nil, nil
 	}
 	backlog := p.backlog[:0]
-	any := false
+	all := false
 	for _, m := range p.models {
 		if m.len() == 0 {
 			continue
 		}
 		backlog = append(backlog, m)
-		if m.replicas() == 0 {
-			any = any || !m.assigned
-		} else if d := m.depthIn(p.swapsN); p.opts.Steal > 0 && d > p.opts.Steal {
-			any = true
+		depth := float64(m.len()) / float64(m.limit) // with its first replica
+		if m.replicas() > 0 {
+			depth = m.depthIn(p.swapsN)
 		}
+		all = all || m.replicas() == 0 && !m.assigned || p.opts.Steal > 0 && depth > p.opts.Steal
 	}
 	p.backlog = backlog
-	if any {
+	if all {
 		return backlog, p.free
 	}
 	visit := p.visit
@@ -1079,9 +1081,9 @@ func (p *Policy) idleVisit() ([]*model, workerSet) {
 	return backlog, visit
 }
 
-// checkSkipped, when set (by tests), makes swaps ask the idle workers idleVisit leaves out
-// too, in turn, and hands it each one with its target (which must be none or its model), in
-// place of moving it.
+// checkSkipped, when set (by tests, which then run one policy at a time), makes swaps ask the
+// idle workers idleVisit leaves out too, in turn, and hands it each one with its target (which
+// must be none or its model), in place of moving it.
 var checkSkipped func(wk *worker, target *model)
 
 // idleTarget is the model an idle worker goes to: the next of its assigned models with calls

@@ -91,6 +91,7 @@ func checkIndexes(p *Policy) error {
 	return nil
 }
 
+// names lists the models' names.
 func names(ms []*model) []string {
 	var out []string
 	for _, m := range ms {
@@ -153,46 +154,84 @@ func TestWorkerIndexes(t *testing.T) {
 // the visit, over runSpreads' runs: none may have a model to go to.
 func TestIdleVisit(t *testing.T) {
 	skipped := 0
-	checkSkipped = func(wk *worker, target *model) {
-		skipped++
-		if target != nil && target != wk.am {
-			t.Fatalf("worker %d (serving %s) was not asked, but would go to %s", wk.id, wk.active, target.name)
+	runSpreads(t, func(t *testing.T) {
+		checkSkipped = func(wk *worker, target *model) {
+			skipped++
+			if target != nil && target != wk.am {
+				t.Fatalf("worker %d (serving %s) was not asked, but would go to %s", wk.id, wk.active, target.name)
+			}
 		}
-	}
-	defer func() { checkSkipped = nil }()
-	runSpreads(t)
+	})
+	checkSkipped = nil
 	require.Greater(t, skipped, 10000, "idle workers left out of the visits")
 }
+
+// TestIdleVisitFirstReplica checks the visit of a model with calls waiting, no replica and a
+// time-sharing worker assigned: not one to steal at the start of the visit, it gets a replica
+// and a backlog to steal during it when that worker (0) takes it, and the next idle worker (1),
+// assigned only its own model, must be asked too.
+func TestIdleVisitFirstReplica(t *testing.T) {
+	p := New(Options{Steal: 0.5})
+	a := &model{name: "A", meanOut: 1, limit: 2, limitOn: []int{2, 2}, runs: []bool{true, true}}
+	b := &model{name: "B", meanOut: 1, limit: 2, limitOn: []int{2, 2}, runs: []bool{true, true}}
+	p.models, p.byName = []*model{a, b}, map[string]*model{"A": a, "B": b}
+	p.dropped, p.held = map[int]bool{}, map[int][]policies.CallRef{}
+	for w := range 2 {
+		p.workers = append(p.workers, &worker{id: policies.WorkerID(w), active: "A", am: a, held: []string{"A", "B"}})
+	}
+	indexWorkers(p)
+	p.adopt([][]*model{{a, b}, {a}}, map[string]int{"A": 1, "B": 1})
+	var calls []policies.CallRef
+	for i := range 10 {
+		calls = append(calls, policies.CallRef{ID: i, Query: i, Model: "B"})
+	}
+	p.enqueue(calls)
+	p.swaps(nowView{})
+	assert.Equal(t, []policies.WorkerID{0, 1}, ids(b.servers), "both workers go to B: 0 as planned, 1 to steal")
+}
+
+// nowView is a View at time 0 that answers nothing else (swaps asks only the time when no
+// worker needs a load).
+type nowView struct{ policies.View }
+
+func (nowView) Now() time.Duration { return 0 }
 
 // TestFullModels checks, each time dispatch passes a model by as full over runSpreads' runs,
 // that none of its servers could have taken a call.
 func TestFullModels(t *testing.T) {
 	passed := 0
-	checkFull = func(m *model, best *worker) {
-		passed++
-		if best != nil {
-			t.Fatalf("model %s was passed by as full, but worker %d could take a call", m.name, best.id)
+	runSpreads(t, func(t *testing.T) {
+		checkFull = func(m *model, best *worker) {
+			passed++
+			if best != nil {
+				t.Fatalf("model %s was passed by as full, but worker %d could take a call", m.name, best.id)
+			}
 		}
-	}
-	defer func() { checkFull = nil }()
-	runSpreads(t)
+	})
+	checkFull = nil
 	require.Greater(t, passed, 10000, "models passed by")
 }
 
 // runSpreads runs the policy, its worker indexes checked, on 4 and 48 workers, 600 queries
-// arriving over time so that workers go idle and busy again, under each placement and with
-// stealing and frequent re-plans.
-func runSpreads(t *testing.T) {
-	for name, o := range map[string]Options{
-		"mosaic":      {},
-		"replan":      {Replan: 30 * time.Second, Steal: 0.5},
-		"everywhere":  {Placement: PlaceEverywhere},
-		"round-robin": {Placement: PlaceRoundRobin, Order: OrderFCFS},
+// arriving over time so that workers go idle and busy again, under each placement, with
+// stealing and frequent re-plans, and with two calls a worker at most (so that models fill
+// and are stolen); hook sets a test's hooks for each run, with the run's t.
+func runSpreads(t *testing.T, hook func(t *testing.T)) {
+	for _, c := range []struct {
+		name string
+		o    Options
+	}{
+		{"mosaic", Options{}},
+		{"replan", Options{Replan: 30 * time.Second, Steal: 0.5}},
+		{"two-a-worker", Options{Replan: 30 * time.Second, Steal: 0.5, MaxInFlight: 2}},
+		{"everywhere", Options{Placement: PlaceEverywhere}},
+		{"round-robin", Options{Placement: PlaceRoundRobin, Order: OrderFCFS}},
 	} {
 		for _, workers := range []int{4, 48} {
-			t.Run(fmt.Sprintf("%s/%d", name, workers), func(t *testing.T) {
-				c := &indexChecked{Policy: New(o), t: t}
-				runSpread(t, c, workers, 600, 20*time.Millisecond*time.Duration(48/workers))
+			t.Run(fmt.Sprintf("%s/%d", c.name, workers), func(t *testing.T) {
+				hook(t)
+				p := &indexChecked{Policy: New(c.o), t: t}
+				runSpread(t, p, workers, 600, 20*time.Millisecond*time.Duration(48/workers))
 			})
 		}
 	}
