@@ -61,4 +61,12 @@ func TestPlanPreviewErrors(t *testing.T) {
 	assert.ErrorContains(t, err, `no policy "mosaic" in the experiment`)
 	_, err = r.PlanPreview(context.Background(), "round-robin")
 	assert.ErrorContains(t, err, "only mosaic does")
+	// Served online, mosaic places models as the run goes: an error, not a panic.
+	e, err := experiments.Load("examples/online-moa.toml")
+	require.NoError(t, err)
+	require.NoError(t, e.Set("workload.queries=50"))
+	r, err = e.Resolve()
+	require.NoError(t, err)
+	_, err = r.PlanPreview(context.Background(), "")
+	assert.ErrorContains(t, err, `policy "mosaic" serves queries arriving over time here`)
 }

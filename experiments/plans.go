@@ -257,11 +257,18 @@ func (r *Resolved) PlanPreview(ctx context.Context, label string) ([]*placement.
 	if pol.Name != placement.Name {
 		return nil, fmt.Errorf("%s: policy %q is %s, which makes no plan ahead (only mosaic does)", r.File(), pol.Label, pol.Name)
 	}
+	if m.Online {
+		return nil, fmt.Errorf("%s: policy %q serves queries arriving over time here, placing models for the mix it expects as the run goes: it has no stage plans to preview (mosaic plan shows an offline batch's; this workload has workload.arrival_rate or trace arrivals)", r.File(), pol.Label)
+	}
 	_, p, err := r.simulatePolicy(ctx, *pol, nil)
 	if err != nil {
 		return nil, err
 	}
-	return p.(planner).Plans(), nil
+	pl, ok := p.(planner)
+	if !ok {
+		return nil, fmt.Errorf("%s: policy %q makes no stage plans", r.File(), pol.Label)
+	}
+	return pl.Plans(), nil
 }
 
 // PlanInfo is one stage plan of a planning policy in run.json: how good it is and how it was
