@@ -22,11 +22,7 @@ import (
 // records, outcomes and worker intervals the held run keeps, and summarise them alike, under
 // the online policy (which swaps models, so loads fall among the calls) and round-robin.
 func TestStreamedRecordsInShortStretches(t *testing.T) {
-	infos, setups, _ := policytest.SimModels(t, policytest.LargeModels())
-	outs := policytest.BigMoAOutputs(t)
-	for i := range infos {
-		infos[i].Output = outs[infos[i].Name]
-	}
+	infos, setups, _ := policytest.LargeInfos(t)
 	workload := func() *traces.Workload {
 		wl := policytest.BigMoA(t, 600)
 		for i := range wl.Queries {

@@ -805,10 +805,11 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 			if id := e.Call.ID; p.flight.Get(id) >= 0 {
 				wk.outstanding -= p.flight.Get(id)
 				wk.inflight--
-				p.unblock(wk)
 				p.flight.Set(id, -1)
 				if wk.inflight == 0 {
 					p.touch(wk) // its last call: it may be free
+				} else {
+					p.unblock(wk)
 				}
 			}
 		}
@@ -1101,7 +1102,7 @@ func (p *Policy) idleTarget(wk *worker, backlog []*model) *model {
 	if target != nil {
 		return target
 	}
-	if wk.am != nil && !slices.Contains(p.plan[wk.id], wk.am) && len(p.plan[wk.id]) > 0 {
+	if p.moved.has(wk.id) {
 		return p.plan[wk.id][0] // a re-plan moved this worker
 	}
 	// A model with calls waiting and no replica that no worker is assigned to (one assigned to

@@ -241,11 +241,7 @@ func runSpreads(t *testing.T, hook func(t *testing.T)) {
 // a query arriving every gap.
 func runSpread(t *testing.T, p policies.Policy, workers, n int, gap time.Duration) {
 	t.Helper()
-	infos, setups, _ := policytest.SimModels(t, policytest.LargeModels())
-	outs := policytest.BigMoAOutputs(t)
-	for i := range infos {
-		infos[i].Output = outs[infos[i].Name]
-	}
+	infos, setups, _ := policytest.LargeInfos(t)
 	wl := policytest.BigMoA(t, n)
 	for i := range wl.Queries {
 		wl.Queries[i].Arrival = time.Duration(i) * gap

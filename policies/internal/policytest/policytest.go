@@ -499,6 +499,18 @@ func Ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 // LargeModels returns the models of BigMoA, in the experiment's order: E0..E5, then AGG.
 func LargeModels() []string { return []string{"E0", "E1", "E2", "E3", "E4", "E5", "AGG"} }
 
+// LargeInfos is SimModels of LargeModels, each model's info with the output lengths BigMoA
+// draws (the profiled lengths a planning policy sees).
+func LargeInfos(t testing.TB) ([]policies.ModelInfo, map[string]simulated.ModelSetup, *sim.CostModel) {
+	t.Helper()
+	infos, setups, cm := SimModels(t, LargeModels())
+	outs := BigMoAOutputs(t)
+	for i := range infos {
+		infos[i].Output = outs[infos[i].Name]
+	}
+	return infos, setups, cm
+}
+
 // LargeWorkers is the number of workers of RunLarge's simulated cluster.
 const LargeWorkers = 4
 
@@ -514,11 +526,7 @@ func RunLarge(t testing.TB, p policies.Policy) *policies.Result {
 // RunLargeWith is RunLarge for a policy that serves layer by layer (barrier) or not.
 func RunLargeWith(t testing.TB, p policies.Policy, barrier bool) *policies.Result {
 	t.Helper()
-	infos, setups, cm := SimModels(t, LargeModels())
-	outs := BigMoAOutputs(t) // the profiled lengths a planning policy sees
-	for i := range infos {
-		infos[i].Output = outs[infos[i].Name]
-	}
+	infos, setups, cm := LargeInfos(t)
 	wl := BigMoA(t, 2000)
 	cl, err := simulated.New(simulated.Config{Workers: simulated.Identical(LargeWorkers, setups), UnloadTime: ClusterUnloadTime})
 	require.NoError(t, err)
