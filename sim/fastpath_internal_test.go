@@ -225,3 +225,39 @@ func snapshotIt(it *Iteration) Iteration {
 	c.Admitted = slices.Clone(it.Admitted)
 	return c
 }
+
+// TestPlace checks that place finds every sequence of lists in admission order whose orders
+// are spread in every way (dense, thinned at random, clustered at either end, and single).
+func TestPlace(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	for trial := range 300 {
+		n := 1 + rng.IntN(300)
+		var list []*seqState
+		order := uint64(rng.IntN(1000))
+		for range n {
+			switch trial % 3 {
+			case 0:
+				order++
+			case 1:
+				order += 1 + uint64(rng.IntN(50))
+			default: // most orders bunched at one end, a few far away
+				if rng.IntN(10) == 0 {
+					order += 10000
+				} else {
+					order++
+				}
+			}
+			list = append(list, &seqState{order: order})
+		}
+		// Thin the list as finished sequences leave it.
+		keep := list[:0]
+		for _, s := range list {
+			if rng.IntN(3) > 0 || len(keep) == 0 {
+				keep = append(keep, s)
+			}
+		}
+		for i, s := range keep {
+			require.Equal(t, i, place(keep, s), "trial %d: the sequence at %d of %d", trial, i, len(keep))
+		}
+	}
+}
