@@ -173,6 +173,11 @@ func (d *Driver) flush(fx *effects, out []Event, at time.Duration) []Event {
 		if cap(d.released) > 0 && &d.released[:1][0] == &calls[0] {
 			d.released = d.released[n:]
 		}
+		for i := range calls {
+			if !calls[i].Open {
+				d.cs(calls[i].ID).rel = &calls[i]
+			}
+		}
 		out = append(out, Event{Kind: EventReleased, At: at, Calls: calls})
 	}
 	clear(fx.events)
@@ -231,7 +236,10 @@ func (s callStatus) finished() bool {
 }
 
 type callState struct {
-	call   *traces.Call // the workload's call, or the Driver's copy when its inputs changed
+	call *traces.Call // the workload's call, or the Driver's copy when its inputs changed
+	// rel is the reference released with the call (not open), which the event that ends it
+	// carries too: every field of a call's reference is as when it was released.
+	rel    *CallRef
 	worker WorkerID
 	ready  time.Duration
 	timing CallTiming

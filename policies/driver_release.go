@@ -95,10 +95,13 @@ func (d *Driver) ref(id int) CallRef {
 		Ready: cs.ready, Inputs: len(c.Inputs), Confidence: cs.confidence, Final: cs.final, Open: cs.open}
 }
 
-// refPtr returns a new reference to call id for an event. References are carved from a
-// shared block (one allocation per refBlock events instead of one each); an event's
-// reference is never written after it is handed out.
+// refPtr returns a reference to call id for an event: the one it was released with, or a
+// new one. New references are carved from a shared block (one allocation per refBlock events
+// instead of one each); an event's reference is never written after it is handed out.
 func (d *Driver) refPtr(id int) *CallRef {
+	if r := d.cs(id).rel; r != nil {
+		return r
+	}
 	if len(d.refs) == 0 {
 		d.refs = make([]CallRef, refBlock)
 	}
