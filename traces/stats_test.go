@@ -2,6 +2,7 @@ package traces_test
 
 import (
 	"bytes"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -174,4 +175,30 @@ func TestStatsOfGeneratedWorkload(t *testing.T) {
 	var b bytes.Buffer
 	require.NoError(t, s.Write(&b))
 	t.Log("\n" + b.String())
+}
+
+// TestTopAnswerByLetterMatchesPairwise checks the table count of one-byte answers against
+// the pairwise count on random votes: letters, empty answers, and longer answers that make it
+// fall back.
+func TestTopAnswerByLetterMatchesPairwise(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	pool := []string{"", "A", "B", "C", "D", "E", "a", "\x00", "\xff", "AB", "A ", "10"}
+	for trial := range 20000 {
+		k := rng.IntN(12)
+		if trial%50 == 0 {
+			k = 200 + rng.IntN(100) // past what the table counts
+		}
+		answers := make([]string, k)
+		letters := 1 + rng.IntN(9) // how many of the pool's first entries to draw from
+		for i := range answers {
+			answers[i] = pool[rng.IntN(letters)]
+			if rng.IntN(20) == 0 {
+				answers[i] = pool[rng.IntN(len(pool))]
+			}
+		}
+		wantA, wantV := traces.PairwiseTopAnswer(answers)
+		gotA, gotV := traces.TopAnswer(answers)
+		require.Equal(t, wantA, gotA, "%q", answers)
+		require.Equal(t, wantV, gotV, "%q", answers)
+	}
 }

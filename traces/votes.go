@@ -69,6 +69,47 @@ func (v VoteShares) Of(p VotePattern) float64 {
 // broken deterministically by taking the alphabetically first answer. Empty answers (none
 // could be extracted) vote for nothing; when every answer is empty it returns ("", 0).
 func TopAnswer(answers []string) (answer string, votes int) {
+	if len(answers) <= maxLetterVotes {
+		if answer, votes, ok := topLetter(answers); ok {
+			return answer, votes
+		}
+	}
+	return topAnswer(answers)
+}
+
+// maxLetterVotes is the most answers topLetter counts (its counters are bytes).
+const maxLetterVotes = 255
+
+// topLetter is TopAnswer for answers of at most one byte each (a multiple-choice letter, or
+// none), counted in a table: the vote of every aggregating call goes through TopAnswer several
+// times, and comparing strings pair by pair, branching on each, cost more. ok is false, with
+// nothing counted, when an answer is longer. For one-byte strings the byte order is the
+// strings' order, so the tie goes to the same answer.
+func topLetter(answers []string) (answer string, votes int, ok bool) {
+	var counts [256]uint8
+	for _, a := range answers {
+		switch len(a) {
+		case 0:
+		case 1:
+			counts[a[0]]++
+		default:
+			return "", 0, false
+		}
+	}
+	for _, a := range answers {
+		if len(a) == 0 {
+			continue
+		}
+		if n := int(counts[a[0]]); n > votes || (n == votes && a[0] < answer[0]) {
+			answer, votes = a, n
+		}
+	}
+	return answer, votes, true
+}
+
+// topAnswer is TopAnswer by comparing the answers pair by pair: a value's first occurrence
+// counts all its votes, and a later one fewer, so it neither beats nor ties the best so far.
+func topAnswer(answers []string) (answer string, votes int) {
 	for i, a := range answers {
 		if a == "" {
 			continue
