@@ -227,7 +227,8 @@ func snapshotIt(it *Iteration) Iteration {
 }
 
 // TestPlace checks that place finds every sequence of lists in admission order whose orders
-// are spread in every way (dense, thinned at random, clustered at either end, and single).
+// are spread in several ways (consecutive, with random gaps, in runs split by far jumps),
+// thinned at random as finished sequences leave, down to a single one.
 func TestPlace(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	for trial := range 300 {
