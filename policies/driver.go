@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mosaic-sched/mosaic/internal/names"
 	"github.com/mosaic-sched/mosaic/policies/backend"
 	"github.com/mosaic-sched/mosaic/traces"
 )
@@ -43,7 +44,7 @@ type Driver struct {
 	policy  Policy
 	rule    Rule
 	models  []ModelInfo
-	byName  map[string]int
+	byName  names.Index
 	// refs is the unused rest of the block refPtr carves event references from, released
 	// that of the block flush carves released calls from.
 	refs, released []CallRef
@@ -350,10 +351,12 @@ func newDriver(b Backend, p Policy, r Rule, models []ModelInfo, workers int) (*D
 		}
 	}
 	d := &Driver{backend: b, policy: p, rule: r, models: models, workers: workers,
-		byName: map[string]int{}, clock: clock{waking: map[time.Duration]bool{}},
+		clock:    clock{waking: map[time.Duration]bool{}},
 		outcomes: outcomes{errs: map[int]string{}, cancelledAt: map[int]time.Duration{}, retried: map[int]retry{}}}
 	for i, m := range models {
-		d.byName[m.Name] = i
+		if d.byName.Add(m.Name) != i {
+			return nil, fmt.Errorf("policies: model %s is listed twice", m.Name)
+		}
 	}
 	d.ws = make([]workerState, workers)
 	for i := range d.ws {
@@ -381,7 +384,7 @@ func (d *Driver) add(q *traces.Query) error {
 		fill[i] = len(d.models)
 		if !c.IsTool() {
 			var ok bool
-			if fill[i], ok = d.byName[c.Model]; !ok {
+			if fill[i], ok = d.byName.Get(c.Model); !ok {
 				return fmt.Errorf("call %d (query %d, %s) uses model %q, which the experiment does not list", c.ID, qi, c.Label(), c.Model)
 			}
 		}

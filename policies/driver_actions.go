@@ -49,7 +49,7 @@ func (d *Driver) do(a Action) error {
 	ws := &d.ws[a.Worker]
 	switch a.Kind {
 	case ActLoad:
-		if _, ok := d.byName[a.Model]; !ok {
+		if _, ok := d.byName.Get(a.Model); !ok {
 			return fmt.Errorf("unknown model %q", a.Model)
 		}
 		if d.holds(a.Worker, a.Model) {
@@ -72,7 +72,7 @@ func (d *Driver) do(a Action) error {
 		if !d.holds(a.Worker, a.Model) {
 			return errors.New("the worker does not hold it")
 		}
-		if n := ws.inflight[d.byName[a.Model]]; n > 0 {
+		if n := ws.inflight[d.modelIndex(a.Model)]; n > 0 {
 			return fmt.Errorf("%d of its calls are in flight there", n)
 		}
 		start := d.backend.Now() // before the backend is asked, as for a load

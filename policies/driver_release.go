@@ -125,7 +125,7 @@ func (d *Driver) backlog(model string) int {
 			}
 		}
 	}
-	if mi, ok := d.byName[model]; ok {
+	if mi, ok := d.byName.Get(model); ok {
 		for i := range d.ws {
 			n += d.ws[i].inflight[mi]
 		}

@@ -54,7 +54,7 @@ func NewStreamDriver(b Backend, p Policy, r Rule, src QuerySource, models []Mode
 			mi := len(d.models)
 			if model != "" {
 				var ok bool
-				if mi, ok = d.byName[model]; !ok {
+				if mi, ok = d.byName.Get(model); !ok {
 					return nil, fmt.Errorf("layer %d has %d calls of model %q, which the experiment does not list", l, n, model)
 				}
 			}

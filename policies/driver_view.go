@@ -17,9 +17,16 @@ func (d *Driver) Workers() int { return d.workers }
 // Models implements View.
 func (d *Driver) Models() []ModelInfo { return append([]ModelInfo(nil), d.models...) }
 
+// modelIndex is the index of the model named name in d.models (0 for a name it does not list,
+// as a map's missing key gave: callers pass models the Driver holds).
+func (d *Driver) modelIndex(name string) int {
+	i, _ := d.byName.Get(name)
+	return i
+}
+
 // Model implements View.
 func (d *Driver) Model(name string) (ModelInfo, bool) {
-	i, ok := d.byName[name]
+	i, ok := d.byName.Get(name)
 	if !ok {
 		return ModelInfo{}, false
 	}
@@ -44,13 +51,13 @@ func (d *Driver) Loading(w WorkerID) []string {
 
 // Fits implements View.
 func (d *Driver) Fits(w WorkerID, model string) bool {
-	i, ok := d.byName[model]
+	i, ok := d.byName.Get(model)
 	if !ok {
 		return false
 	}
 	used := d.models[i].Memory
 	for _, m := range d.resident(w) {
-		used += d.models[d.byName[m]].Memory
+		used += d.models[d.modelIndex(m)].Memory
 	}
 	return used <= 1+1e-9
 }
@@ -58,7 +65,7 @@ func (d *Driver) Fits(w WorkerID, model string) bool {
 // InFlight implements View.
 func (d *Driver) InFlight(w WorkerID, model string) int {
 	if model != "" {
-		mi, ok := d.byName[model]
+		mi, ok := d.byName.Get(model)
 		if !ok {
 			return 0
 		}
@@ -103,7 +110,7 @@ func (d *Driver) sum(layer int, model string, f func(counts) int) int {
 	mi := -1
 	if model != "" {
 		var ok bool
-		if mi, ok = d.byName[model]; !ok {
+		if mi, ok = d.byName.Get(model); !ok {
 			return 0
 		}
 	}

@@ -36,6 +36,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/mosaic-sched/mosaic/internal/names"
 	"github.com/mosaic-sched/mosaic/internal/sparse"
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/policies/placement"
@@ -153,7 +154,7 @@ type Policy struct {
 	workers []*worker
 	// models are the models in the experiment's order; byName finds one by its name.
 	models []*model
-	byName map[string]*model
+	byName names.Index
 	// plan is the current placement: per worker its models in serving order.
 	plan    [][]*model
 	planMix map[string]float64 // planned share of expected work per model
@@ -339,7 +340,7 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 	p.dropped = map[int]bool{}
 	p.held = map[int][]policies.CallRef{}
 	p.resetIDs()
-	p.models, p.byName = nil, map[string]*model{}
+	p.models, p.byName = nil, names.Index{}
 	p.sjf = map[policies.LayerModel]float64{}
 	switch p.opts.Order {
 	case OrderDeepest, OrderFCFS, OrderSJF, OrderPLAS, OrderATLAS:
@@ -374,7 +375,7 @@ func (p *Policy) Start(v policies.View) ([]policies.Action, error) {
 		m.priority = enginePriority(info)
 		m.guard = p.opts.Starve > 0 && (p.opts.Order == OrderPLAS || p.opts.Order == OrderATLAS)
 		p.models = append(p.models, m)
-		p.byName[info.Name] = m
+		p.byName.Add(info.Name)
 		for l := range v.Layers() {
 			lm := policies.LayerModel{Layer: l, Model: info.Name}
 			if d := p.opts.Outputs[lm]; d != nil {
@@ -487,7 +488,7 @@ func (p *Policy) place(v policies.View, counts map[string]int, prompts map[strin
 		work[w] = map[*model]float64{}
 	}
 	for i, name := range sp.Models {
-		m := p.byName[name]
+		m := p.model(name)
 		for w, x := range sp.Plan.Counts[i] {
 			if x > 0 {
 				plan[w] = append(plan[w], m)
@@ -540,7 +541,7 @@ func (p *Policy) pin(v policies.View) error {
 		for _, info := range v.Models() {
 			if n := v.Expected(l, info.Name); n > 0 {
 				if _, ok := counts[info.Name]; !ok {
-					used = append(used, p.byName[info.Name])
+					used = append(used, p.model(info.Name))
 				}
 				counts[info.Name] += n
 			}
@@ -690,6 +691,14 @@ func (p *Policy) sent(c waiting) {
 	}
 }
 
+// model is the model named name (nil for a name the experiment does not list).
+func (p *Policy) model(name string) *model {
+	if i, ok := p.byName.Get(name); ok {
+		return p.models[i]
+	}
+	return nil
+}
+
 // push adds a call to its model's queue.
 func (p *Policy) push(c policies.CallRef) {
 	arrival := p.arrival.Get(c.Query)
@@ -700,7 +709,7 @@ func (p *Policy) push(c policies.CallRef) {
 	if c.Final {
 		p.arrival.Set(c.Query, -1) // its last call: the query needs no more ordering
 	}
-	m := p.byName[c.Model]
+	m := p.model(c.Model)
 	m.released++
 	q := &m.queue
 	if q.len() == 0 {
@@ -827,7 +836,7 @@ func (p *Policy) OnEvent(e policies.Event, v policies.View) []policies.Action {
 			p.touch(wk)
 		}
 		if wk.want != "" && wk.unloading == "" && policies.CanLoad(v, wk.id, wk.want) {
-			acts = append(acts, p.load(wk, p.byName[wk.want]))
+			acts = append(acts, p.load(wk, p.model(wk.want)))
 		}
 	case policies.EventTimer:
 		acts = append(acts, p.maybeReplan(v)...)
@@ -1184,7 +1193,7 @@ func (p *Policy) drained(wk *worker, v policies.View) []policies.Action {
 		}
 	}
 	if policies.CanLoad(v, wk.id, wk.want) && !slices.Contains(v.Loading(wk.id), wk.want) {
-		return []policies.Action{p.load(wk, p.byName[wk.want])}
+		return []policies.Action{p.load(wk, p.model(wk.want))}
 	}
 	return nil
 }

@@ -155,7 +155,7 @@ func TestOnlineLargeRun(t *testing.T) {
 func TestOnlineLeastOutstanding(t *testing.T) {
 	p := New(Options{MaxInFlight: 2})
 	m := &model{name: "M", meanOut: 100, limit: 2, limitOn: []int{2, 2, 2}, runs: []bool{true, true, true}}
-	p.models, p.byName = []*model{m}, map[string]*model{"M": m}
+	setModels(p, m)
 	p.dropped = map[int]bool{}
 	p.held = map[int][]policies.CallRef{}
 	for w := range 3 {

@@ -91,7 +91,7 @@ func TestAttainedOrders(t *testing.T) {
 	} {
 		p := New(Options{Order: tc.order})
 		m := &model{name: "M"}
-		p.models, p.byName = []*model{m}, map[string]*model{"M": m}
+		setModels(p, m)
 		for q := 1; q <= 3; q++ {
 			p.arrival.Set(q, time.Duration(q)*time.Second)
 		}
@@ -139,7 +139,7 @@ func TestStarvation(t *testing.T) {
 	p := New(Options{Order: OrderPLAS, Starve: 2})
 	m := &model{name: "M"}
 	m.guard = true
-	p.models, p.byName = []*model{m}, map[string]*model{"M": m}
+	setModels(p, m)
 	p.service.Set(1, 90) // level 4 at 10 s levels (80 <= 90 < 160)
 	p.push(policies.CallRef{ID: 1, Query: 1, Model: "M", Ready: 0})
 	p.push(policies.CallRef{ID: 2, Query: 2, Model: "M", Ready: time.Second})
@@ -204,7 +204,7 @@ func TestEnginePriority(t *testing.T) {
 	for _, byPriority := range []bool{true, false} {
 		p := New(Options{Order: OrderPLAS, Starve: -1, MaxInFlight: 4})
 		m := &model{name: "M", meanOut: 100, limit: 4, limitOn: []int{4}, runs: []bool{true}, priority: byPriority}
-		p.models, p.byName = []*model{m}, map[string]*model{"M": m}
+		setModels(p, m)
 		p.dropped, p.held = map[int]bool{}, map[int][]policies.CallRef{}
 		p.workers = []*worker{{id: 0, active: "M", am: m, held: []string{"M"}}}
 		indexWorkers(p)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/mosaic-sched/mosaic/internal/names"
 	"github.com/mosaic-sched/mosaic/policies"
 	"github.com/mosaic-sched/mosaic/policies/internal/policytest"
 	"github.com/mosaic-sched/mosaic/simulated"
@@ -70,7 +71,7 @@ func checkIndexes(p *Policy) error {
 	for _, wk := range p.workers {
 		plan := p.plan[wk.id]
 		if moved := wk.am != nil && len(plan) > 0 && !slices.Contains(plan, wk.am); p.moved.has(wk.id) != moved {
-			return fmt.Errorf("worker %d: in the moved set %v, serving %v with plan %v", wk.id, p.moved.has(wk.id), wk.active, names(plan))
+			return fmt.Errorf("worker %d: in the moved set %v, serving %v with plan %v", wk.id, p.moved.has(wk.id), wk.active, modelNames(plan))
 		}
 	}
 	for _, m := range p.models {
@@ -91,8 +92,16 @@ func checkIndexes(p *Policy) error {
 	return nil
 }
 
-// names lists the models' names.
-func names(ms []*model) []string {
+// setModels gives p the models ms, in order, as Start gives it the experiment's.
+func setModels(p *Policy, ms ...*model) {
+	p.models, p.byName = ms, names.Index{}
+	for _, m := range ms {
+		p.byName.Add(m.name)
+	}
+}
+
+// modelNames lists the models' names.
+func modelNames(ms []*model) []string {
 	var out []string
 	for _, m := range ms {
 		out = append(out, m.name)
@@ -174,7 +183,7 @@ func TestIdleVisitFirstReplica(t *testing.T) {
 	p := New(Options{Steal: 0.5})
 	a := &model{name: "A", meanOut: 1, limit: 2, limitOn: []int{2, 2}, runs: []bool{true, true}}
 	b := &model{name: "B", meanOut: 1, limit: 2, limitOn: []int{2, 2}, runs: []bool{true, true}}
-	p.models, p.byName = []*model{a, b}, map[string]*model{"A": a, "B": b}
+	setModels(p, a, b)
 	p.dropped, p.held = map[int]bool{}, map[int][]policies.CallRef{}
 	for w := range 2 {
 		p.workers = append(p.workers, &worker{id: policies.WorkerID(w), active: "A", am: a, held: []string{"A", "B"}})
