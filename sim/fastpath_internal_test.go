@@ -262,3 +262,45 @@ func TestPlace(t *testing.T) {
 		}
 	}
 }
+
+// TestEndsHeap pushes decoders with random ends (many equal) onto the finish heap, takes some
+// off from anywhere (preemptions) and pops the top (finishes) in between, and requires after
+// every step that the heap holds exactly the decoders left, in heap order, and that the top
+// is an earliest end.
+func TestEndsHeap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 9))
+	for trial := range 200 {
+		e := &Engine{}
+		in := map[*seqState]bool{}
+		check := func(step int) {
+			require.Len(t, e.ends, len(in), "trial %d, step %d", trial, step)
+			for i, r := range e.ends {
+				require.True(t, in[r.s], "trial %d, step %d: a decoder not on the heap", trial, step)
+				if i > 0 {
+					require.LessOrEqual(t, e.ends[(i-1)/2].end, r.end, "trial %d, step %d: heap order at %d", trial, step, i)
+				}
+			}
+		}
+		for step := range 300 {
+			switch k := rng.IntN(10); {
+			case k < 5 || len(e.ends) == 0:
+				s := &seqState{}
+				e.ends = append(e.ends, endRef{end: rng.IntN(40), s: s})
+				e.endsUp(len(e.ends) - 1)
+				in[s] = true
+			case k < 8:
+				top := e.ends[0]
+				for _, r := range e.ends {
+					require.LessOrEqual(t, top.end, r.end, "trial %d, step %d: the top is not an earliest end", trial, step)
+				}
+				e.endsRemove(top.s)
+				delete(in, top.s)
+			default:
+				s := e.ends[rng.IntN(len(e.ends))].s
+				e.endsRemove(s)
+				delete(in, s)
+			}
+			check(step)
+		}
+	}
+}
