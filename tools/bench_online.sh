@@ -8,7 +8,11 @@
 #
 # With several binaries the runs alternate (each count: binary 1, binary 2, ..., REPEAT
 # times), so that the figures compared are measured in one sitting on the same machine; the
-# last lines give each binary's median per count. Results go to a temporary folder, removed.
+# last lines give each binary's median per count, and each later binary's wall-time ratio to
+# the first within each alternation (a pair measured seconds apart): their median, range and
+# how many pairs were faster. The machine's speed drifts between hours by more than most
+# changes gain, so the ratios of many short pairs (say QUERIES=300000 REPEAT=20) tell a change
+# of a few percent where medians of long runs cannot. Results go to a temporary folder, removed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 QUERIES=${QUERIES:-"100000 1000000"}
@@ -48,3 +52,20 @@ for q in $QUERIES; do
 				i = int((NR + 1) / 2); printf "%-28s %10s      %9s %9s %13s\n", b, q, w[i], c[i], m[i] }'
 	done
 done
+if [ ${#bins[@]} -gt 1 ]; then
+	echo "ratios to ${bins[0]} (wall time, pair by pair):"
+	for q in $QUERIES; do
+		for b in "${bins[@]:1}"; do
+			printf '%s\n' "${rows[@]}" | awk -v a="${bins[0]}" -v b="$b" -v q="$q" '
+				$2 == q && $1 == a { wa[++na] = $3 }
+				$2 == q && $1 == b { wb[++nb] = $3 }
+				END {
+					n = na < nb ? na : nb
+					for (i = 1; i <= n; i++) { r[i] = wb[i] / wa[i]; if (r[i] < 1) faster++ }
+					for (i = 2; i <= n; i++) for (j = i; j > 1 && r[j-1] > r[j]; j--) { t = r[j]; r[j] = r[j-1]; r[j-1] = t }
+					med = n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2
+					printf "%-28s %10s  median %.3f, %.3f-%.3f, faster in %d of %d pairs\n", b, q, med, r[1], r[n], faster, n
+				}'
+		done
+	done
+fi
