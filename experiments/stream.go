@@ -181,8 +181,9 @@ func (s *Sim) Run(ctx context.Context, progress Progress, dir *results.Dir) (*Ru
 	return run, nil
 }
 
-// steadyRows are the steady-state rows of the policies' results, in order (nil for an offline
-// batch): Resolved.steady of each, after drawing the stream's first queries for the capacity.
+// steadyRows are the steady-state rows of the policies' results, in order (each nil for an
+// offline batch): Resolved.steady of each, after drawing the stream's first queries for the
+// capacity.
 func (s *Sim) steadyRows(res []*policies.Result) ([]*results.SteadyRow, error) {
 	r, m := s.Resolved, s.Resolved.Graph
 	if m.Online && m.sample == nil {

@@ -290,7 +290,8 @@ type workerState struct {
 }
 
 // NewDriver checks the workload against the models and returns a driver. models are the
-// experiment's models (every LLM call's model must be among them); workers is the cluster size.
+// experiment's models, each name listed once (every LLM call's model must be among them);
+// workers is the cluster size.
 func NewDriver(b Backend, p Policy, r Rule, wl *traces.Workload, models []ModelInfo, workers int) (*Driver, error) {
 	if len(wl.Queries) == 0 {
 		return nil, errors.New("policies: the workload has no queries")

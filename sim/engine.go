@@ -824,7 +824,7 @@ func (e *Engine) finish(it *Iteration) {
 			s.blocks = 0
 			it.Finished = append(it.Finished, s.req.ID)
 			if len(e.spare) < e.cfg.MaxNumSeqs { // enough for a full batch; the rest go to the GC
-				e.spare = append(e.spare, s) // no other reference to it remains past this iteration
+				e.spare = append(e.spare, s) // no list holds it past this iteration (stale slots past a buffer's length aside, never read)
 			}
 			continue
 		}

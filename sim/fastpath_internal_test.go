@@ -274,8 +274,10 @@ func TestEndsHeap(t *testing.T) {
 		in := map[*seqState]bool{}
 		check := func(step int) {
 			require.Len(t, e.ends, len(in), "trial %d, step %d", trial, step)
+			seen := map[*seqState]bool{}
 			for i, r := range e.ends {
-				require.True(t, in[r.s], "trial %d, step %d: a decoder not on the heap", trial, step)
+				require.True(t, in[r.s] && !seen[r.s], "trial %d, step %d: a decoder not on the heap, or twice", trial, step)
+				seen[r.s] = true
 				if i > 0 {
 					require.LessOrEqual(t, e.ends[(i-1)/2].end, r.end, "trial %d, step %d: heap order at %d", trial, step, i)
 				}

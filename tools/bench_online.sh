@@ -56,12 +56,13 @@ if [ ${#bins[@]} -gt 1 ]; then
 	echo "ratios to ${bins[0]} (wall time, pair by pair):"
 	for q in $QUERIES; do
 		for b in "${bins[@]:1}"; do
+			[ "$b" != "${bins[0]}" ] || continue # the same binary twice: its rows cannot be paired
 			printf '%s\n' "${rows[@]}" | awk -v a="${bins[0]}" -v b="$b" -v q="$q" '
 				$2 == q && $1 == a { wa[++na] = $3 }
 				$2 == q && $1 == b { wb[++nb] = $3 }
 				END {
 					n = na < nb ? na : nb
-					for (i = 1; i <= n; i++) { r[i] = wb[i] / wa[i]; if (r[i] < 1) faster++ }
+					for (i = 1; i <= n; i++) { r[i] = wa[i] > 0 ? wb[i] / wa[i] : 1; if (r[i] < 1) faster++ }
 					for (i = 2; i <= n; i++) for (j = i; j > 1 && r[j-1] > r[j]; j--) { t = r[j]; r[j] = r[j-1]; r[j-1] = t }
 					med = n % 2 ? r[(n + 1) / 2] : (r[n / 2] + r[n / 2 + 1]) / 2
 					printf "%-28s %10s  median %.3f, %.3f-%.3f, faster in %d of %d pairs\n", b, q, med, r[1], r[n], faster, n

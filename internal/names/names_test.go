@@ -6,15 +6,15 @@ import (
 	"testing"
 )
 
-// TestIndexMatchesMap adds names to an Index and to a map, on both sides of the switch to a
-// map, and requires the same answers for every name added, for copies of them (other data
-// pointers) and for names never added.
+// TestIndexMatchesMap adds n distinct names to an Index and to a map, for n on both sides of
+// the switch to a map, then each of the first half again, and requires the same answers for
+// every name added, for copies of them (other data pointers) and for names never added.
 func TestIndexMatchesMap(t *testing.T) {
 	for _, n := range []int{0, 1, scanMax - 1, scanMax, scanMax + 1, 40} {
 		var x Index
 		want := map[string]int{}
-		for i := range n {
-			name := fmt.Sprintf("model-%d", i%(n/2+1)) // some names come twice
+		for i := range n + n/2 {
+			name := fmt.Sprintf("model-%d", i%n) // the first half come twice
 			got := x.Add(name)
 			if w, ok := want[name]; ok && got != w {
 				t.Fatalf("%d names: %q added again got index %d, first %d", n, name, got, w)
@@ -26,8 +26,11 @@ func TestIndexMatchesMap(t *testing.T) {
 				t.Fatalf("%d names: %q got index %d, want %d", n, name, got, want[name])
 			}
 		}
-		if x.Len() != len(want) {
+		if x.Len() != len(want) || len(want) != n {
 			t.Fatalf("%d names: Len %d, want %d", n, x.Len(), len(want))
+		}
+		if (x.m != nil) != (n > scanMax) {
+			t.Fatalf("%d names: a map %v, want one past %d names", n, x.m != nil, scanMax)
 		}
 		for name, w := range want {
 			for _, k := range []string{name, strings.Clone(name)} {
