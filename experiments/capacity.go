@@ -196,7 +196,7 @@ func (r *Resolved) steadyRows(res []*policies.Result) ([]*results.SteadyRow, err
 	for i := range res {
 		var err error
 		if rows[i], err = r.steady(res[i], r.Graph.Policies[i].Rule); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("policy %s: %w", r.Graph.Policies[i].Label, err)
 		}
 	}
 	return rows, nil
@@ -216,7 +216,10 @@ func (r *Resolved) steady(res *policies.Result, rule policies.Rule) (*results.St
 	if err != nil {
 		return nil, err
 	}
-	w := res.Window(m.Warmup, m.SLO)
+	w, err := res.Window(m.Warmup, m.SLO)
+	if err != nil {
+		return nil, fmt.Errorf("the steady-state window: %w", err)
+	}
 	row := &results.SteadyRow{WindowStartS: w.Start.Seconds(), WindowEndS: w.End.Seconds(), WindowQueries: w.Queries,
 		MeanE2ELS: w.Latency.Mean, MedianE2ELS: w.Latency.P50, P99E2ELS: w.Latency.P99, MedianTTFTS: w.TTFT.P50, P99TTFTS: w.TTFT.P99,
 		SLOAttainment: w.SLOAttainment, Goodput: w.Goodput, Throughput: w.Throughput,

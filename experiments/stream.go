@@ -1,6 +1,7 @@
 package experiments
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -171,10 +172,17 @@ func (s *Sim) Run(ctx context.Context, progress Progress, dir *results.Dir) (*Ru
 		steady, err = s.steadyRows(res)
 		steadyErr <- err
 	}()
-	run.Summaries = Summarize(r.Name, run.Mode, uint64(r.Seed), m.SLO, res)
-	if err := <-steadyErr; err != nil {
+	var settleErr error
+	for i, x := range res {
+		if err := x.Settle(); err != nil {
+			settleErr = fmt.Errorf("policy %s: %w", m.Policies[i].Label, err)
+			break
+		}
+	}
+	if err := cmp.Or(<-steadyErr, settleErr); err != nil {
 		return nil, err
 	}
+	run.Summaries = Summarize(r.Name, run.Mode, uint64(r.Seed), m.SLO, res)
 	for i := range run.Summaries {
 		run.Summaries[i].Steady = steady[i]
 	}

@@ -115,8 +115,7 @@ func (d *Driver) Stream(sink Sink, slo SLO) {
 		d.out.models = append(d.out.models, m.Name)
 	}
 	// Every query's latencies are kept (for their exact percentiles), and what the steady-state
-	// window needs of it: room for all at once, outside the collected heap (see Tally).
-	d.out.tally.reserve(d.nq)
+	// window needs of it, in columns whose memory does not grow with the run (see Tally).
 	d.res = nil
 }
 

@@ -2,6 +2,8 @@ package policies
 
 import (
 	"cmp"
+	"fmt"
+	"log/slog"
 	"math"
 	"math/bits"
 	"runtime"
@@ -10,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/mosaic-sched/mosaic/internal/offheap"
 	"github.com/mosaic-sched/mosaic/internal/radix"
+	"github.com/mosaic-sched/mosaic/internal/spill"
 	"github.com/mosaic-sched/mosaic/traces"
 )
 
@@ -229,6 +231,17 @@ func (r *Result) FirstError() string {
 	return ""
 }
 
+// Settle works out a streamed result's latency summaries, reading back what its run wrote out
+// of memory (see Tally), and returns the error that kept it from doing so. Call it before
+// Summary, which otherwise logs that error and gives NaN latencies. A held result has
+// nothing to settle.
+func (r *Result) Settle() error {
+	if r.tally == nil {
+		return nil
+	}
+	return r.tally.settle()
+}
+
 // Summary computes the run's headline figures.
 func (r *Result) Summary() Summary {
 	t := r.tally
@@ -256,16 +269,17 @@ func (r *Result) fold(slo SLO) *Tally {
 
 // Tally folds a run's calls and queries into its headline figures as they come, without
 // holding their records: a streamed run's summary (Driver.Stream), and, over a held Result's
-// records, Result.Summary. Only the queries' latencies are kept (24 bytes a query), for their
-// exact percentiles, and in a streamed run each query's arrival and SLO bit for the
-// steady-state window (32 bytes a query in all, outside the collected heap: see reserve).
+// records, Result.Summary. Only the queries' latencies are kept, for their exact percentiles
+// (24 bytes a query), and in a streamed run each query's arrival and SLO bit for the
+// steady-state window; a streamed run keeps them in columns whose memory does not grow with
+// the run (see columns).
 type Tally struct {
 	workers int
 	slo     SLO
 	s       Summary
 	// e2e is when the last call ended; stage the last call before the final stage.
 	e2e, stage time.Duration
-	// The queries' latencies, times to first token and queueing delays.
+	// A held run's queries' latencies, times to first token and queueing delays.
 	lat, ttft, queue []time.Duration
 	right, gold      int
 	// first and last are the first arrival and the last end; met counts the queries that
@@ -282,17 +296,18 @@ type Tally struct {
 	ends [][]time.Duration
 	// firstErr is the first failed call's error that says one.
 	firstErr string
-	// A streamed run's tally (stream) keeps, for the steady-state window (Result.Window),
-	// each query's arrival and whether it met the SLO (a bit of met, by query order); its
-	// latencies stay in that order (stats holds their summaries once computed), so that the
-	// window reads its queries' ends and first tokens from them: 32 bytes a query in all.
-	arrival []time.Duration
-	metBits []uint64
-	stats   *[3]LatencyStats
-	stream  bool
-	// A streamed run's columns (reserve) live outside the collected heap, released once the
-	// tally is unreachable: a tally must not be copied, and a method that reads them keeps
-	// the tally alive until it is done (runtime.KeepAlive).
+	// A streamed run's tally (stream) keeps its queries' latencies in query order in cols,
+	// with what the steady-state window (Result.Window) needs: each query's arrival, and
+	// whether it met the SLO (a bit of met, by query order). stats holds the latencies'
+	// summaries once computed (settle), statsErr the error reading them back.
+	cols     *columns
+	metBits  []uint64
+	stats    *[3]LatencyStats
+	statsErr error
+	stream   bool
+	// A streamed run's columns live outside the collected heap and in temporary files,
+	// released once the tally is unreachable: a tally must not be copied, and a method that
+	// reads them keeps the tally alive until it is done (runtime.KeepAlive).
 	_ noCopy
 }
 
@@ -302,22 +317,40 @@ type noCopy struct{}
 func (*noCopy) Lock()   {}
 func (*noCopy) Unlock() {}
 
-// reserve makes room for n queries in a streamed tally's columns (latencies, times to first
-// token, queueing delays, arrivals and SLO bits), outside the collected heap: 32 bytes a query
-// that a long run holds to its end, which on the heap would let the collector leave as much
-// garbage again beside them before it collects (10 million queries peaked at 1 GB so). The
-// memory is returned to the system once the tally is unreachable.
-func (t *Tally) reserve(n int) {
-	var free offheap.Releaser
-	col := func() []time.Duration {
-		s, release := offheap.Make[time.Duration](0, n)
-		free = append(free, release)
-		return s
+// spillChunk is how many values a streamed tally's column holds in memory before it writes
+// them to a temporary file (a variable for tests).
+var spillChunk = spill.DefaultChunk
+
+// columns are a streamed tally's: each query's end-to-end latency, time to first token,
+// queueing delay and arrival, in query order. Each keeps up to spillChunk values in memory
+// (outside the collected heap) and older ones in an unlinked temporary file in os.TempDir
+// (internal/spill): 32 bytes a query that a long run would otherwise hold to its end (ten
+// million queries: 320 MB, and as much again to sort them), so that its memory stays flat as
+// it grows.
+type columns struct {
+	lat, ttft, queue, arrival *spill.Column[time.Duration]
+}
+
+// release frees the columns' memory and files.
+func (c *columns) release() {
+	for _, col := range []*spill.Column[time.Duration]{c.lat, c.ttft, c.queue, c.arrival} {
+		col.Release()
 	}
-	t.lat, t.ttft, t.queue, t.arrival = col(), col(), col(), col()
-	bits, release := offheap.Make[uint64](0, (n+63)/64)
-	t.metBits, free = bits, append(free, release)
-	runtime.AddCleanup(t, offheap.Releaser.Release, free)
+}
+
+// makeColumns gives a streamed tally its columns, released once it is unreachable. The
+// latencies' are written out in sorted runs too, as they come, on the recorder's goroutine, so
+// that their percentiles at the end of the run take a merge, not a sort.
+func (t *Tally) makeColumns() {
+	col := func(sorted bool) *spill.Column[time.Duration] {
+		c := spill.New[time.Duration](spillChunk, "")
+		if sorted {
+			c.KeepRuns()
+		}
+		return c
+	}
+	t.cols = &columns{lat: col(true), ttft: col(true), queue: col(true), arrival: col(false)}
+	runtime.AddCleanup(t, (*columns).release, t.cols)
 }
 
 // NewTally returns an empty tally of a run on workers workers whose queries are held to slo.
@@ -367,9 +400,11 @@ func (t *Tally) Query(q QueryOutcome) {
 		s.AggregatorSkipped++
 	}
 	s.SkippedCalls += q.SkippedCalls
-	t.lat = append(t.lat, q.Latency())
-	t.ttft = append(t.ttft, q.TTFT())
-	t.queue = append(t.queue, q.Queue)
+	if !t.stream {
+		t.lat = append(t.lat, q.Latency())
+		t.ttft = append(t.ttft, q.TTFT())
+		t.queue = append(t.queue, q.Queue)
+	}
 	if q.Gold != "" {
 		t.gold++
 		if q.Final == q.Gold {
@@ -381,7 +416,7 @@ func (t *Tally) Query(q QueryOutcome) {
 		t.met++
 	}
 	if t.stream {
-		t.addArrival(q.Arrival, t.slo.Met(q))
+		t.addStreamed(q.Latency(), q.TTFT(), q.Queue, q.Arrival, t.slo.Met(q))
 	}
 }
 
@@ -391,16 +426,24 @@ func (t *Tally) load(l LoadRecord) {
 	t.loadEnd = max(t.loadEnd, l.End)
 }
 
-// addArrival adds a query's arrival and whether it met the SLO (a streamed tally).
-func (t *Tally) addArrival(at time.Duration, met bool) {
-	i := len(t.arrival)
+// addStreamed adds a query's latencies, arrival and whether it met the SLO to a streamed
+// tally's columns.
+func (t *Tally) addStreamed(lat, ttft, queue, at time.Duration, met bool) {
+	if t.cols == nil {
+		t.makeColumns()
+	}
+	c := t.cols
+	i := c.arrival.Len()
 	if i%64 == 0 {
 		t.metBits = append(t.metBits, 0)
 	}
 	if met {
 		t.metBits[i/64] |= 1 << (i % 64)
 	}
-	t.arrival = append(t.arrival, at)
+	c.lat.Append(lat)
+	c.ttft.Append(ttft)
+	c.queue.Append(queue)
+	c.arrival.Append(at)
 }
 
 // metAt reports whether the i-th query of a streamed tally met the SLO.
@@ -431,22 +474,40 @@ func (t *Tally) summary(loads []LoadRecord, always float64) Summary {
 }
 
 // latencyStats summarises the queries' latencies, times to first token and queueing delays. A
-// held run's tally sorts them in place; a streamed run's keeps them in query order for its
-// window, sorts copies in one buffer and keeps the summaries.
+// held run's tally sorts them in place; a streamed run's reads its columns in sorted order
+// once (settle) and keeps the summaries, NaN where they could not be read back.
 func (t *Tally) latencyStats() (lat, ttft, queue LatencyStats) {
 	if !t.stream {
 		return latencyStats(t.lat), latencyStats(t.ttft), latencyStats(t.queue)
 	}
-	if t.stats == nil {
-		buf, release := offheap.Make[time.Duration](len(t.lat), len(t.lat))
-		t.stats = new([3]LatencyStats)
-		for i, d := range [][]time.Duration{t.lat, t.ttft, t.queue} {
-			t.stats[i] = latencyStats(buf[:copy(buf, d)])
-		}
-		release()
-		runtime.KeepAlive(t)
+	if err := t.settle(); err != nil {
+		slog.Error("a streamed run's latency summaries are missing", "err", err)
 	}
 	return t.stats[0], t.stats[1], t.stats[2]
+}
+
+// settle works out a streamed tally's latency summaries, once, and returns the error that
+// kept them from being read back, if any.
+func (t *Tally) settle() error {
+	if t.stats != nil {
+		return t.statsErr
+	}
+	defer runtime.KeepAlive(t) // its columns may be off the heap (columns)
+	t.stats = new([3]LatencyStats)
+	if t.cols == nil {
+		return nil
+	}
+	for i, c := range []*spill.Column[time.Duration]{t.cols.lat, t.cols.ttft, t.cols.queue} {
+		if t.stats[i], t.statsErr = sortedStats(c, 0); t.statsErr != nil {
+			t.statsErr = fmt.Errorf("reading a streamed run's query latencies back: %w", t.statsErr)
+			nan := nan()
+			for j := range t.stats {
+				t.stats[j] = LatencyStats{Mean: nan, P50: nan, P90: nan, P99: nan, Max: nan}
+			}
+			break
+		}
+	}
+	return t.statsErr
 }
 
 // attainment is Result.Attainment under the tally's SLO.
@@ -465,19 +526,62 @@ func (t *Tally) attainment() (share, goodput float64) {
 // latencyStats summarises durations as NewLatencyStats summarises their seconds, sorting them
 // in place (seconds keep the durations' order, so the sorted seconds are the same).
 func latencyStats(d []time.Duration) LatencyStats {
-	if len(d) == 0 {
+	radix.Sort(d)
+	var a statsOf
+	a.start(len(d))
+	a.add(d)
+	return a.stats()
+}
+
+// sortedStats is latencyStats of a column's values from the from-th on.
+func sortedStats(c *spill.Column[time.Duration], from int) (LatencyStats, error) {
+	var a statsOf
+	a.start(c.Len() - from)
+	err := spill.Sorted(c, from, a.add)
+	return a.stats(), err
+}
+
+// statsOf summarises n durations handed to add in increasing order, a block at a time: their
+// seconds summed in that order, and the ranks' and the last.
+type statsOf struct {
+	n, seen int
+	sum     float64
+	// ranks are the indices of the 50th, 90th and 99th percentiles, at their values.
+	ranks [3]int
+	at    [3]time.Duration
+	last  time.Duration
+}
+
+// start readies the summary of n durations.
+func (a *statsOf) start(n int) {
+	*a = statsOf{n: n}
+	for i, q := range [3]float64{0.5, 0.9, 0.99} {
+		a.ranks[i] = min(n-1, max(0, int(math.Ceil(q*float64(n)))-1))
+	}
+}
+
+// add takes the next durations, in increasing order.
+func (a *statsOf) add(d []time.Duration) {
+	for i, r := range a.ranks {
+		if r >= a.seen && r < a.seen+len(d) {
+			a.at[i] = d[r-a.seen]
+		}
+	}
+	for _, v := range d {
+		a.sum += v.Seconds()
+	}
+	if len(d) > 0 {
+		a.last = d[len(d)-1]
+	}
+	a.seen += len(d)
+}
+
+// stats is the summary (zero without durations).
+func (a *statsOf) stats() LatencyStats {
+	if a.n == 0 {
 		return LatencyStats{}
 	}
-	radix.Sort(d)
-	rank := func(q float64) float64 {
-		i := int(math.Ceil(q*float64(len(d)))) - 1
-		return d[min(len(d)-1, max(0, i))].Seconds()
-	}
-	sum := 0.0
-	for _, v := range d {
-		sum += v.Seconds()
-	}
-	return LatencyStats{Mean: sum / float64(len(d)), P50: rank(0.5), P90: rank(0.9), P99: rank(0.99), Max: d[len(d)-1].Seconds()}
+	return LatencyStats{Mean: a.sum / float64(a.n), P50: a.at[0].Seconds(), P90: a.at[1].Seconds(), P99: a.at[2].Seconds(), Max: a.last.Seconds()}
 }
 
 // StageEnds gives, by layer and worker, when the last call of the layer that ran there ended

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/mosaic-sched/mosaic/internal/offheap"
+	"github.com/mosaic-sched/mosaic/internal/spill"
 )
 
 // DefaultWarmup is the share of an online run's queries, the first to arrive, that its
@@ -34,9 +34,10 @@ type Window struct {
 
 // Window computes the run's steady-state window, leaving out the warmup share (in [0, 1)) of
 // its queries, the first to arrive, under slo. A streamed Result answers under the SLO its run
-// was given (Driver.Stream) whatever o says; a held one folds its queries, in order of arrival,
-// as a streamed run's tally would.
-func (r *Result) Window(warmup float64, o SLO) Window {
+// was given (Driver.Stream) whatever o says, reading back what its run wrote out of memory (the
+// error is one reading it); a held one folds its queries, in order of arrival, as a streamed
+// run's tally would.
+func (r *Result) Window(warmup float64, o SLO) (Window, error) {
 	if r.tally != nil {
 		return r.tally.window(warmup)
 	}
@@ -46,28 +47,58 @@ func (r *Result) Window(warmup float64, o SLO) Window {
 	for _, q := range qs {
 		t.Query(q)
 	}
+	defer t.release()
 	return t.window(warmup)
+}
+
+// release frees a streamed tally's columns at once (they are otherwise freed once it is
+// unreachable).
+func (t *Tally) release() {
+	if t.cols != nil {
+		t.cols.release()
+	}
 }
 
 // window is the steady-state window of a streamed tally's queries, leaving out the warmup
 // share, read from the queries' latencies in query order, whose arrivals a streamed workload
 // keeps in order (otherwise it reads a copy in order of arrival).
-func (t *Tally) window(warmup float64) Window {
-	defer runtime.KeepAlive(t) // its columns may be off the heap (Tally.reserve)
-	n := len(t.arrival)
-	if !slices.IsSorted(t.arrival) {
-		return t.byArrival().window(warmup)
+func (t *Tally) window(warmup float64) (Window, error) {
+	defer runtime.KeepAlive(t) // its columns may be off the heap (columns)
+	c := t.cols
+	if c == nil {
+		return Window{SLOAttainment: nan(), Goodput: nan(), Throughput: nan()}, nil
+	}
+	n := c.arrival.Len()
+	if sorted, err := inOrder(c.arrival); err != nil {
+		return Window{}, err
+	} else if !sorted {
+		s, err := t.byArrival()
+		if err != nil {
+			return Window{}, err
+		}
+		defer s.release()
+		return s.window(warmup)
 	}
 	skip := int(math.Ceil(warmup * float64(n)))
 	if skip >= n {
-		return Window{SLOAttainment: nan(), Goodput: nan(), Throughput: nan()}
+		return Window{SLOAttainment: nan(), Goodput: nan(), Throughput: nan()}, nil
 	}
-	w := Window{Start: t.arrival[skip], End: t.arrival[n-1], Queries: n - skip, SLOAttainment: nan(), Goodput: nan(), Throughput: nan()}
+	start, err := c.arrival.At(skip)
+	if err != nil {
+		return Window{}, err
+	}
+	end, err := c.arrival.At(n - 1)
+	if err != nil {
+		return Window{}, err
+	}
+	w := Window{Start: start, End: end, Queries: n - skip, SLOAttainment: nan(), Goodput: nan(), Throughput: nan()}
 	// Seconds keep the durations' order, so these are NewLatencyStats of the seconds.
-	buf, release := offheap.Make[time.Duration](n-skip, n-skip)
-	w.Latency = latencyStats(buf[:copy(buf, t.lat[skip:])])
-	w.TTFT = latencyStats(buf[:copy(buf, t.ttft[skip:])])
-	release()
+	if w.Latency, err = sortedStats(c.lat, skip); err != nil {
+		return Window{}, err
+	}
+	if w.TTFT, err = sortedStats(c.ttft, skip); err != nil {
+		return Window{}, err
+	}
 	met := 0
 	for i := skip; i < n; i++ {
 		if t.metAt(i) {
@@ -76,10 +107,19 @@ func (t *Tally) window(warmup float64) Window {
 	}
 	if span := (w.End - w.Start).Seconds(); span > 0 {
 		done := 0
-		for i, a := range t.arrival {
-			if end := a + t.lat[i]; end >= w.Start && end <= w.End {
+		arr, lat := c.arrival.Reader(0), c.lat.Reader(0)
+		for {
+			a, ok := arr.Next()
+			l, ok2 := lat.Next()
+			if !ok || !ok2 {
+				break
+			}
+			if end := a + l; end >= w.Start && end <= w.End {
 				done++
 			}
+		}
+		if err := cmp.Or(arr.Err(), lat.Err()); err != nil {
+			return Window{}, err
 		}
 		w.Throughput = float64(done) / span
 	}
@@ -89,21 +129,48 @@ func (t *Tally) window(warmup float64) Window {
 			w.Goodput = float64(met) / span
 		}
 	}
-	return w
+	return w, nil
+}
+
+// inOrder reports whether a column's values never decrease.
+func inOrder(c *spill.Column[time.Duration]) (bool, error) {
+	r := c.Reader(0)
+	prev, ok := r.Next()
+	for b := r.Block(); ok && b != nil; b = r.Block() {
+		if b[0] < prev || !slices.IsSorted(b) {
+			return false, nil
+		}
+		prev = b[len(b)-1]
+	}
+	return true, r.Err()
 }
 
 // byArrival is what a window reads of the tally (arrivals, latencies, times to first token,
-// SLO bits), its queries in order of arrival (stable).
-func (t *Tally) byArrival() *Tally {
-	order := make([]int, len(t.arrival))
+// SLO bits), its queries in order of arrival (stable). It reads the columns into memory: a
+// streamed workload's arrivals come in order, and this is for those that do not.
+func (t *Tally) byArrival() (*Tally, error) {
+	c := t.cols
+	var arrival, lat, ttft []time.Duration
+	for _, col := range []struct {
+		c   *spill.Column[time.Duration]
+		out *[]time.Duration
+	}{{c.arrival, &arrival}, {c.lat, &lat}, {c.ttft, &ttft}} {
+		r := col.c.Reader(0)
+		for b := r.Block(); b != nil; b = r.Block() {
+			*col.out = append(*col.out, b...)
+		}
+		if err := r.Err(); err != nil {
+			return nil, err
+		}
+	}
+	order := make([]int, len(arrival))
 	for i := range order {
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(t.arrival[a], t.arrival[b]) })
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(arrival[a], arrival[b]) })
 	s := &Tally{slo: t.slo, stream: true}
 	for _, i := range order {
-		s.lat, s.ttft = append(s.lat, t.lat[i]), append(s.ttft, t.ttft[i])
-		s.addArrival(t.arrival[i], t.metAt(i))
+		s.addStreamed(lat[i], ttft[i], 0, arrival[i], t.metAt(i))
 	}
-	return s
+	return s, nil
 }

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/mosaic-sched/mosaic/internal/spill"
 )
 
 // TestWindow checks the steady-state window on five hand-made queries. Arrivals at 0, 10, 20,
@@ -31,7 +34,7 @@ func TestWindow(t *testing.T) {
 		res.Queries = append(res.Queries, q)
 		tally.Query(q)
 	}
-	w := res.Window(0.4, slo)
+	w := window(t, res, 0.4, slo)
 	assert.Equal(t, s(20), w.Start)
 	assert.Equal(t, s(40), w.End)
 	assert.Equal(t, 3, w.Queries)
@@ -42,40 +45,50 @@ func TestWindow(t *testing.T) {
 	assert.InDelta(t, 1.0/3, w.SLOAttainment, 1e-9)
 	assert.InDelta(t, 0.05, w.Goodput, 1e-9)
 	assert.InDelta(t, 0.05, w.Throughput, 1e-9)
-	assert.Equal(t, w, (&Result{tally: tally}).Window(0.4, SLO{}), "the streamed tally's window")
+	assert.Equal(t, w, window(t, &Result{tally: tally}, 0.4, SLO{}), "the streamed tally's window")
 
-	none := res.Window(0.4, SLO{})
+	none := window(t, res, 0.4, SLO{})
 	assert.True(t, math.IsNaN(none.SLOAttainment) && math.IsNaN(none.Goodput), "no SLO, no attainment")
-	all := res.Window(0, slo)
+	all := window(t, res, 0, slo)
 	assert.Equal(t, 5, all.Queries)
 	assert.Equal(t, time.Duration(0), all.Start)
+}
+
+// window is res.Window, which must not fail.
+func window(t *testing.T, res *Result, warmup float64, slo SLO) Window {
+	t.Helper()
+	w, err := res.Window(warmup, slo)
+	require.NoError(t, err)
+	return w
 }
 
 // TestStreamedWindowInOrder checks the window a streamed tally reads from its latencies in
 // query order (arrivals in order, with ties) against the held result's, for several warm-ups,
 // after the summary was computed (which must leave that order alone), and that its summary's
-// latencies match the held one's.
+// latencies match the held one's: with its columns in memory, outside the heap (200,000
+// queries' take a whole chunk's buffer each), and written out to files (chunks of 777 values:
+// the window's and the summary's sorts merge runs).
 func TestStreamedWindowInOrder(t *testing.T) {
-	// A run's tally on the heap, and one whose columns are reserved for its queries, which
-	// for this many go outside the heap (Tally.reserve).
 	for _, tc := range []struct {
-		queries int
-		reserve bool
-	}{{1000, false}, {200_000, true}} {
-		t.Run(fmt.Sprint(tc.queries), func(t *testing.T) { checkStreamedWindow(t, tc.queries, tc.reserve) })
+		queries, chunk int
+	}{{1000, spill.DefaultChunk}, {200_000, spill.DefaultChunk}, {20_000, 777}} {
+		t.Run(fmt.Sprint(tc.queries, "/", tc.chunk), func(t *testing.T) { checkStreamedWindow(t, tc.queries, tc.chunk) })
 	}
-	runtime.GC() // the reserved columns' cleanup may run
+	runtime.GC() // the columns' cleanup may run
 	runtime.GC()
 }
 
-func checkStreamedWindow(t *testing.T, queries int, reserve bool) {
+// checkStreamedWindow checks a streamed tally whose columns hold chunk values in memory
+// against the held result (whose window's columns hold the default chunk).
+func checkStreamedWindow(t *testing.T, queries, chunk int) {
 	r := rand.New(rand.NewPCG(3, 4))
 	slo := SLO{E2E: 40 * time.Second, TTFT: 20 * time.Second}
 	res := &Result{}
 	tally := &Tally{slo: slo, stream: true}
-	if reserve {
-		tally.reserve(queries)
-	}
+	defer func(c int) { spillChunk = c }(spillChunk)
+	spillChunk = chunk
+	tally.makeColumns()
+	spillChunk = spill.DefaultChunk
 	at := time.Duration(0)
 	for i := range queries {
 		if r.IntN(4) > 0 {
@@ -89,7 +102,9 @@ func checkStreamedWindow(t *testing.T, queries int, reserve bool) {
 			runtime.GC()
 		}
 	}
+	assert.Equal(t, chunk < queries, tally.cols.lat.Filed() > 0, "the latencies were written out")
 	streamed := &Result{tally: tally}
+	require.NoError(t, streamed.Settle())
 	held := res.Summary()
 	runtime.GC()
 	got := streamed.Summary()
@@ -98,8 +113,8 @@ func checkStreamedWindow(t *testing.T, queries int, reserve bool) {
 	assert.Equal(t, held.Queue, got.Queue)
 	// (Printed: NaNs, of a one-query window's rates, compare equal so.)
 	for _, warmup := range []float64{0, 0.2, 0.5, 0.999} {
-		want := res.Window(warmup, slo)
-		assert.Equal(t, fmt.Sprintf("%+v", want), fmt.Sprintf("%+v", streamed.Window(warmup, SLO{})), "warm-up %v", warmup)
+		want := window(t, res, warmup, slo)
+		assert.Equal(t, fmt.Sprintf("%+v", want), fmt.Sprintf("%+v", window(t, streamed, warmup, SLO{})), "warm-up %v", warmup)
 		if warmup < 0.9 {
 			assert.Positive(t, want.Throughput, "warm-up %v", warmup)
 			assert.Positive(t, want.SLOAttainment, "warm-up %v", warmup)

@@ -1,0 +1,178 @@
+package spill
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// values are n values with duplicates and negatives.
+func values(n int, seed uint64) []int64 {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	v := make([]int64, n)
+	for i := range v {
+		v[i] = rng.Int64N(41) - 20
+		if i%5 == 0 {
+			v[i] = rng.Int64()
+		}
+	}
+	return v
+}
+
+func column(t *testing.T, chunk int, dir string, vals []int64, keepRuns bool) *Column[int64] {
+	t.Helper()
+	c := New[int64](chunk, dir)
+	if keepRuns {
+		c.KeepRuns()
+	}
+	t.Cleanup(c.Release)
+	for _, v := range vals {
+		c.Append(v)
+	}
+	return c
+}
+
+func readAll(t *testing.T, c *Column[int64], from int) []int64 {
+	t.Helper()
+	var got []int64
+	r := c.Reader(from)
+	for v, ok := r.Next(); ok; v, ok = r.Next() {
+		got = append(got, v)
+	}
+	require.NoError(t, r.Err())
+	return got
+}
+
+func TestColumnReadsBackWhatWasAppended(t *testing.T) {
+	for _, n := range []int{0, 1, 6, 7, 8, 14, 15, 100, 3*blockLen + 5} {
+		vals := values(n, uint64(n))
+		c := column(t, 7, t.TempDir(), vals, n%2 == 0)
+		require.Equal(t, n, c.Len())
+		assert.Equal(t, n/7*7, c.Filed(), "n=%d: whole chunks go to the file", n)
+		for _, from := range []int{0, 1, 6, 7, n / 2, n - 1, n} {
+			if from < 0 {
+				continue
+			}
+			want := vals[min(from, n):]
+			got := readAll(t, c, from)
+			assert.Equal(t, len(want), len(got), "n=%d from=%d", n, from)
+			if len(want) > 0 {
+				assert.Equal(t, want, got, "n=%d from=%d", n, from)
+			}
+		}
+		for i := range vals {
+			v, err := c.At(i)
+			require.NoError(t, err)
+			require.Equal(t, vals[i], v, "n=%d: value %d", n, i)
+		}
+	}
+}
+
+// TestSortedMatchesASort checks Sorted against a sort of the values, from several places, for
+// columns in memory, written out (sorted at the end, in runs of a chunk), and written out
+// with their sorted runs kept (merged with the rest: the part of a chunk before the first whole
+// one from the start on, and the buffer).
+func TestSortedMatchesASort(t *testing.T) {
+	for _, keepRuns := range []bool{false, true} {
+		for _, chunk := range []int{1, 7, 1000} {
+			for _, n := range []int{0, 1, 7, 8, 50, 999, 1001, 3*blockLen + 5} {
+				vals := values(n, uint64(n*31+chunk))
+				c := column(t, chunk, t.TempDir(), vals, keepRuns)
+				if keepRuns {
+					assert.Equal(t, c.Filed(), c.ran, "every chunk written out has its run")
+				}
+				for _, from := range []int{0, 3, n / 3, chunk, n} {
+					if from > n {
+						continue
+					}
+					var got []int64
+					require.NoError(t, Sorted(c, from, func(b []int64) { got = append(got, b...) }))
+					want := slices.Sorted(slices.Values(vals[from:]))
+					assert.Equal(t, len(want), len(got), "runs %v chunk=%d n=%d from=%d", keepRuns, chunk, n, from)
+					if len(want) > 0 {
+						assert.Equal(t, want, got, "runs %v chunk=%d n=%d from=%d", keepRuns, chunk, n, from)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestAColumnWithoutADirectoryKeepsItsValuesInMemory(t *testing.T) {
+	vals := values(100, 9)
+	c := column(t, 7, filepath.Join(t.TempDir(), "missing"), vals, true)
+	assert.Zero(t, c.Filed(), "nothing could be written")
+	assert.Equal(t, vals, readAll(t, c, 0))
+	var got []int64
+	require.NoError(t, Sorted(c, 10, func(b []int64) { got = append(got, b...) }), "sorted in memory")
+	assert.Equal(t, slices.Sorted(slices.Values(vals[10:])), got)
+}
+
+func TestAFailedReadIsAnError(t *testing.T) {
+	c := column(t, 7, t.TempDir(), values(50, 3), false)
+	require.NoError(t, c.f.Close()) // the file goes away under the column
+	r := c.Reader(0)
+	_, ok := r.Next()
+	assert.False(t, ok)
+	assert.ErrorContains(t, r.Err(), "reading values 0-")
+	_, err := c.At(3)
+	assert.ErrorContains(t, err, "reading values 3-3 back")
+	assert.ErrorContains(t, Sorted(c, 0, func([]int64) {}), "reading values")
+	c.f = nil // closed above
+}
+
+// BenchmarkSorted sorts a million values, as a run's summary sorts a million queries'
+// latencies: in memory (a chunk holds them all) and merged from runs written out to a file.
+func BenchmarkSorted(b *testing.B) {
+	const n = 1_000_000
+	vals := values(n, 1)
+	for _, tc := range []struct {
+		chunk    int
+		keepRuns bool
+	}{{1 << 20, false}, {1 << 17, false}, {1 << 17, true}, {1 << 14, true}} {
+		b.Run(fmt.Sprint("chunk=", tc.chunk, "/runs=", tc.keepRuns), func(b *testing.B) {
+			c := New[int64](tc.chunk, b.TempDir())
+			if tc.keepRuns {
+				c.KeepRuns()
+			}
+			defer c.Release()
+			for _, v := range vals {
+				c.Append(v)
+			}
+			b.ResetTimer()
+			for range b.N {
+				sum := int64(0)
+				if err := Sorted(c, 0, func(s []int64) { sum += s[len(s)-1] }); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkAppend appends a million values, written out a chunk at a time.
+func BenchmarkAppend(b *testing.B) {
+	for _, tc := range []struct {
+		chunk    int
+		keepRuns bool
+	}{{1 << 20, false}, {1 << 17, false}, {1 << 17, true}} {
+		b.Run(fmt.Sprint("chunk=", tc.chunk, "/runs=", tc.keepRuns), func(b *testing.B) {
+			dir := b.TempDir()
+			for range b.N {
+				c := New[int64](tc.chunk, dir)
+				if tc.keepRuns {
+					c.KeepRuns()
+				}
+				for i := range 1_000_000 {
+					c.Append(int64(i))
+				}
+				c.Release()
+			}
+		})
+	}
+}
