@@ -365,7 +365,8 @@ func sortedInMemory[T Int](c *Column[T], from, n int, visit func([]T)) error {
 }
 
 // merge hands visit the values the readers read, each in increasing order, in increasing
-// order: a binary heap of the readers by their next values.
+// order: a binary heap of the readers by their next values (each reader's next value kept
+// beside it, the heap holding their indices).
 func merge[T Int](rs []*Reader[T], visit func([]T)) error {
 	if len(rs) == 1 {
 		r := rs[0]
@@ -375,74 +376,68 @@ func merge[T Int](rs []*Reader[T], visit func([]T)) error {
 		return r.Err()
 	}
 	type cursor struct {
-		blk []T // what was read of the run, not yet merged (never empty in the heap)
-		r   *Reader[T]
+		head T   // the next value
+		blk  []T // the ones read after it
+		r    *Reader[T]
 	}
-	h := make([]cursor, 0, len(rs))
+	cur := make([]cursor, 0, len(rs))
 	for _, r := range rs {
 		if b := r.Block(); b != nil {
-			h = append(h, cursor{blk: b, r: r})
+			cur = append(cur, cursor{head: b[0], blk: b[1:], r: r})
 		} else if err := r.Err(); err != nil {
 			return err
 		}
 	}
+	h := make([]int32, len(cur))
+	for i := range h {
+		h[i] = int32(i)
+	}
+	// down sifts the heap's entry at i down to its place.
 	down := func(i int) {
+		x := h[i]
+		v := cur[x].head
 		for {
 			c := 2*i + 1
 			if c >= len(h) {
-				return
+				break
 			}
-			if c+1 < len(h) && h[c+1].blk[0] < h[c].blk[0] {
+			if c+1 < len(h) && cur[h[c+1]].head < cur[h[c]].head {
 				c++
 			}
-			if h[i].blk[0] <= h[c].blk[0] {
-				return
+			if v <= cur[h[c]].head {
+				break
 			}
-			h[i], h[c] = h[c], h[i]
+			h[i] = h[c]
 			i = c
 		}
+		h[i] = x
 	}
 	for i := len(h)/2 - 1; i >= 0; i-- {
 		down(i)
 	}
 	out := make([]T, 0, blockLen)
 	for len(h) > 0 {
-		top := &h[0]
-		// Take from the top run what does not pass the smaller of its children's next values.
-		bound, ok := T(0), false
-		for _, c := range [2]int{1, 2} {
-			if c < len(h) && (!ok || h[c].blk[0] < bound) {
-				bound, ok = h[c].blk[0], true
-			}
+		c := &cur[h[0]]
+		out = append(out, c.head)
+		if len(out) == cap(out) {
+			visit(out)
+			out = out[:0]
 		}
-		k := 1
-		if ok {
-			for k < len(top.blk) && top.blk[k] <= bound {
-				k++
-			}
-		} else {
-			k = len(top.blk)
-		}
-		for _, v := range top.blk[:k] {
-			out = append(out, v)
-			if len(out) == cap(out) {
-				visit(out)
-				out = out[:0]
-			}
-		}
-		top.blk = top.blk[k:]
-		if len(top.blk) == 0 {
-			if top.blk = top.r.Block(); top.blk == nil {
-				if err := top.r.Err(); err != nil {
+		if len(c.blk) == 0 {
+			if c.blk = c.r.Block(); c.blk == nil {
+				if err := c.r.Err(); err != nil {
 					return err
 				}
 				h[0] = h[len(h)-1]
 				h = h[:len(h)-1]
+				if len(h) > 0 {
+					down(0)
+				}
+				continue
 			}
 		}
-		if len(h) > 0 {
-			down(0)
-		}
+		c.head, c.blk = c.blk[0], c.blk[1:]
+		down(0)
 	}
 	if len(out) > 0 {
 		visit(out)
