@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -121,4 +122,78 @@ func checkStreamedWindow(t *testing.T, queries, chunk int) {
 		}
 	}
 	assert.Equal(t, fmt.Sprintf("%+v", got), fmt.Sprintf("%+v", streamed.Summary()), "the summary a second time")
+}
+
+// TestStatsOfMatchesTheFormula checks the latency summaries, folded a block at a time, against
+// the formula written out: the seconds summed in increasing order over the count (the same
+// bits), and the values at ceil(q*n)-1, for counts from one and blocks that start at the
+// ranks.
+func TestStatsOfMatchesTheFormula(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	// A duration whose seconds, as Duration.Seconds works them out, are not its nanoseconds
+	// over 1e9 (a bit apart): a one-query summary must give the former.
+	odd := time.Duration(0)
+	for v := time.Duration(1_000_000_001); odd == 0; v += 7 {
+		if v.Seconds() != float64(v)/1e9 {
+			odd = v
+		}
+	}
+	for _, n := range []int{1, 2, 3, 10, 100, 1001} {
+		d := make([]time.Duration, n)
+		for i := range d {
+			d[i] = time.Duration(r.Int64N(int64(200 * time.Second)))
+		}
+		if n == 1 {
+			d[0] = odd
+		}
+		slices.Sort(d)
+		sum := 0.0
+		for _, v := range d {
+			sum += float64(v/time.Second) + float64(v%time.Second)/1e9 // Duration.Seconds
+		}
+		at := func(q float64) float64 { return d[min(n-1, max(0, int(math.Ceil(q*float64(n)))-1))].Seconds() }
+		want := LatencyStats{Mean: sum / float64(n), P50: at(0.5), P90: at(0.9), P99: at(0.99), Max: d[n-1].Seconds()}
+		for _, block := range []int{1, 2, 3, 7, n} {
+			var a statsOf
+			a.start(n)
+			for i := 0; i < n; i += block {
+				a.add(d[i:min(n, i+block)])
+			}
+			assert.Equal(t, want, a.stats(), "n=%d, blocks of %d", n, block)
+		}
+		assert.Equal(t, want, latencyStats(slices.Clone(d)), "n=%d", n)
+	}
+}
+
+// TestSettleBesideTheWindow settles a streamed result while its window is read on another
+// goroutine, as mosaic sim does, with its columns written out (go test -race).
+func TestSettleBesideTheWindow(t *testing.T) {
+	defer func(c int) { spillChunk = c }(spillChunk)
+	spillChunk = 777
+	r := rand.New(rand.NewPCG(7, 8))
+	slo := SLO{E2E: 40 * time.Second}
+	res, tally := &Result{}, &Tally{slo: slo, stream: true}
+	at := time.Duration(0)
+	for range 10_000 {
+		at += time.Duration(r.Int64N(int64(time.Second)))
+		q := QueryOutcome{Arrival: at, FirstToken: at + time.Duration(r.Int64N(int64(20*time.Second)))}
+		q.End = q.FirstToken + time.Duration(r.Int64N(int64(30*time.Second)))
+		res.Queries = append(res.Queries, q)
+		tally.Query(q)
+	}
+	spillChunk = spill.DefaultChunk
+	streamed := &Result{tally: tally}
+	var w Window
+	var werr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w, werr = streamed.Window(0.2, SLO{})
+	}()
+	require.NoError(t, streamed.Settle())
+	<-done
+	require.NoError(t, werr)
+	assert.Equal(t, fmt.Sprintf("%+v", window(t, res, 0.2, slo)), fmt.Sprintf("%+v", w))
+	held := res.Summary()
+	assert.Equal(t, held.Latency, streamed.Summary().Latency)
 }

@@ -99,7 +99,7 @@ func (c *Column[T]) spill() {
 		c.f, c.name = f, name
 	}
 	if _, err := c.f.WriteAt(bytesOf(c.buf), int64(c.filed)*8); err != nil {
-		c.keep(fmt.Errorf("writing to %s: %w", c.f.Name(), err))
+		c.keep(err) // an *os.PathError: it names the file
 		return
 	}
 	if c.keepRuns && c.ran == c.filed {
@@ -126,7 +126,7 @@ func (c *Column[T]) sortRun() {
 	radix.Sort(s)
 	if _, err := c.runs.f.WriteAt(bytesOf(s), int64(c.filed)*8); err != nil {
 		c.keepRuns = false
-		slog.Warn("could not write a sorted run; sorting when asked", "err", fmt.Errorf("writing to %s: %w", c.runs.f.Name(), err))
+		slog.Warn("could not write a sorted run; sorting when asked", "err", err)
 		return
 	}
 	c.ran += len(s)
@@ -184,7 +184,7 @@ func (c *Column[T]) readAt(dst []T, i int) error {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return fmt.Errorf("reading values %d-%d back from %s: %w", i, i+len(dst)-1, c.f.Name(), err)
+		return fmt.Errorf("reading values %d-%d back: %w", i, i+len(dst)-1, err) // err names the file
 	}
 	return nil
 }
@@ -256,7 +256,9 @@ func (r *Reader[T]) fill() bool {
 // a time (each valid only during the call). It merges the column's sorted runs (KeepRuns) with
 // the rest sorted in memory; without runs, up to a chunk of values are sorted in memory, and
 // more a chunk at a time into runs in a temporary file, which are then merged. Either way the
-// memory it takes is at most two chunks' whatever the column's length.
+// memory it takes is at most two chunks' whatever the column's length, unless the disk fails
+// it (a column that could not write out its values, a sorted run that cannot be written): all
+// of them are then sorted in memory.
 func Sorted[T Int](c *Column[T], from int, visit func([]T)) error {
 	from = max(from, 0)
 	n := c.Len() - from
@@ -269,7 +271,7 @@ func Sorted[T Int](c *Column[T], from int, visit func([]T)) error {
 	if hi := c.ran; hi > lo && (lo-from)+(c.Len()-hi) <= 2*c.chunk {
 		return sortedRuns(c, from, lo, hi, visit)
 	}
-	if n <= c.chunk {
+	if n <= c.chunk || c.stuck {
 		return sortedInMemory(c, from, n, visit)
 	}
 	f, name, err := tempFile(c.dir)
@@ -302,7 +304,9 @@ func Sorted[T Int](c *Column[T], from int, visit func([]T)) error {
 		}
 		radix.Sort(buf)
 		if _, err := f.WriteAt(bytesOf(buf), int64(runs.filed)*8); err != nil {
-			return fmt.Errorf("writing a sorted run to %s: %w", f.Name(), err)
+			slog.Warn("could not write a sorted run to a temporary file; sorting in memory", "err", err)
+			release()
+			return sortedInMemory(c, from, n, visit)
 		}
 		starts = append(starts, runs.filed)
 		runs.filed += len(buf)

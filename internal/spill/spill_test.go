@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -80,7 +81,8 @@ func TestColumnReadsBackWhatWasAppended(t *testing.T) {
 func TestSortedMatchesASort(t *testing.T) {
 	for _, keepRuns := range []bool{false, true} {
 		for _, chunk := range []int{1, 7, 1000} {
-			for _, n := range []int{0, 1, 7, 8, 50, 999, 1001, 3*blockLen + 5} {
+			// 4100 less 3 is one more than a merged block (blockLen).
+			for _, n := range []int{0, 1, 7, 8, 50, 999, 1001, blockLen + 4, 3*blockLen + 5} {
 				vals := values(n, uint64(n*31+chunk))
 				c := column(t, chunk, t.TempDir(), vals, keepRuns)
 				if keepRuns {
@@ -101,6 +103,76 @@ func TestSortedMatchesASort(t *testing.T) {
 			}
 		}
 	}
+}
+
+// sortedFrom is what Sorted hands visit, checked against a sort.
+func checkSorted(t *testing.T, c *Column[int64], vals []int64, what string) {
+	t.Helper()
+	for _, from := range []int{0, 1, 3, 7, 8, 15, len(vals) / 2, len(vals) - 1} {
+		var got []int64
+		require.NoError(t, Sorted(c, from, func(b []int64) { got = append(got, b...) }), "%s from %d", what, from)
+		require.Equal(t, slices.Sorted(slices.Values(vals[from:])), got, "%s from %d", what, from)
+	}
+}
+
+// TestSortedAfterTheDiskFailed checks Sorted on columns that stopped writing part way: one
+// whose runs stopped (kept for the first chunks only, more than two chunks after them) and one
+// that could write nothing more (its later values in memory).
+func TestSortedAfterTheDiskFailed(t *testing.T) {
+	for _, stop := range []int{0, 7, 21} {
+		vals := values(100, uint64(stop))
+		c := New[int64](7, t.TempDir())
+		c.KeepRuns()
+		t.Cleanup(c.Release)
+		for i, v := range vals {
+			if i == stop {
+				c.keepRuns = false // as sortRun does when a run cannot be written
+			}
+			c.Append(v)
+		}
+		require.Equal(t, stop/7*7, c.ran)
+		checkSorted(t, c, vals, fmt.Sprint("runs stopped at ", stop))
+
+		c = New[int64](7, t.TempDir())
+		c.KeepRuns()
+		t.Cleanup(c.Release)
+		for i, v := range vals {
+			if i == stop {
+				c.stuck = true // as spill does when the file cannot be written
+			}
+			c.Append(v)
+		}
+		require.Equal(t, stop/7*7, c.Filed())
+		checkSorted(t, c, vals, fmt.Sprint("stuck at ", stop))
+	}
+}
+
+// TestConcurrentReads reads a written-out column from several goroutines at once, as a run's
+// summary and its steady-state window do (go test -race).
+func TestConcurrentReads(t *testing.T) {
+	vals := values(1000, 5)
+	c := column(t, 7, t.TempDir(), vals, true)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			from := g * 13
+			var got []int64
+			assert.NoError(t, Sorted(c, from, func(b []int64) { got = append(got, b...) }))
+			assert.Equal(t, slices.Sorted(slices.Values(vals[from:])), got)
+			r := c.Reader(from)
+			for i := from; ; i++ {
+				v, ok := r.Next()
+				if !ok {
+					break
+				}
+				assert.Equal(t, vals[i], v)
+			}
+			v, err := c.At(g)
+			assert.NoError(t, err)
+			assert.Equal(t, vals[g], v)
+		})
+	}
+	wg.Wait()
 }
 
 func TestAColumnWithoutADirectoryKeepsItsValuesInMemory(t *testing.T) {
