@@ -151,15 +151,12 @@ func inOrder(c *spill.Column[time.Duration]) (bool, error) {
 func (t *Tally) byArrival() (*Tally, error) {
 	c := t.cols
 	var arrival, lat, ttft []time.Duration
+	var err error
 	for _, col := range []struct {
 		c   *spill.Column[time.Duration]
 		out *[]time.Duration
 	}{{c.arrival, &arrival}, {c.lat, &lat}, {c.ttft, &ttft}} {
-		r := col.c.Reader(0)
-		for b := r.Block(); b != nil; b = r.Block() {
-			*col.out = append(*col.out, b...)
-		}
-		if err := r.Err(); err != nil {
+		if *col.out, err = col.c.Reader(0).AppendRest(nil); err != nil {
 			return nil, err
 		}
 	}

@@ -225,6 +225,14 @@ func (r *Reader[T]) Block() []T {
 	return b
 }
 
+// AppendRest appends the values left to read to dst.
+func (r *Reader[T]) AppendRest(dst []T) ([]T, error) {
+	for b := r.Block(); b != nil; b = r.Block() {
+		dst = append(dst, b...)
+	}
+	return dst, r.Err()
+}
+
 // Err is the error that ended the reading, if any.
 func (r *Reader[T]) Err() error { return r.err }
 
@@ -283,7 +291,7 @@ func Sorted[T Int](c *Column[T], from int, visit func([]T)) error {
 	defer runs.Release()
 	buf, release := offheap.Make[T](0, c.chunk)
 	defer release()
-	var starts []int
+	var rs []*Reader[T] // the sorted runs
 	r := c.Reader(from)
 	for {
 		buf = buf[:0]
@@ -308,14 +316,10 @@ func Sorted[T Int](c *Column[T], from int, visit func([]T)) error {
 			release()
 			return sortedInMemory(c, from, n, visit)
 		}
-		starts = append(starts, runs.filed)
+		rs = append(rs, runs.part(runs.filed, runs.filed+len(buf)))
 		runs.filed += len(buf)
 	}
 	release()
-	var rs []*Reader[T]
-	for i, at := range starts {
-		rs = append(rs, runs.part(at, append(starts, runs.filed)[i+1]))
-	}
 	return merge(rs, visit)
 }
 
@@ -329,11 +333,8 @@ func sortedRuns[T Int](c *Column[T], from, lo, hi int, visit func([]T)) error {
 			return err
 		}
 	}
-	r := c.Reader(hi)
-	for b := r.Block(); b != nil; b = r.Block() {
-		rest = append(rest, b...)
-	}
-	if err := r.Err(); err != nil {
+	rest, err := c.Reader(hi).AppendRest(rest)
+	if err != nil {
 		return err
 	}
 	radix.Sort(rest)
@@ -356,11 +357,8 @@ func (c *Column[T]) part(lo, hi int) *Reader[T] {
 func sortedInMemory[T Int](c *Column[T], from, n int, visit func([]T)) error {
 	buf, release := offheap.Make[T](0, n)
 	defer release()
-	r := c.Reader(from)
-	for b := r.Block(); b != nil; b = r.Block() {
-		buf = append(buf, b...)
-	}
-	if err := r.Err(); err != nil {
+	buf, err := c.Reader(from).AppendRest(buf)
+	if err != nil {
 		return err
 	}
 	radix.Sort(buf)

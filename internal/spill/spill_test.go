@@ -121,29 +121,28 @@ func checkSorted(t *testing.T, c *Column[int64], vals []int64, what string) {
 func TestSortedAfterTheDiskFailed(t *testing.T) {
 	for _, stop := range []int{0, 7, 21} {
 		vals := values(100, uint64(stop))
-		c := New[int64](7, t.TempDir())
-		c.KeepRuns()
-		t.Cleanup(c.Release)
-		for i, v := range vals {
-			if i == stop {
-				c.keepRuns = false // as sortRun does when a run cannot be written
+		for _, fail := range []struct {
+			what  string
+			stop  func(c *Column[int64])
+			wrote func(c *Column[int64]) int
+		}{
+			// as sortRun does when a run cannot be written
+			{"runs stopped", func(c *Column[int64]) { c.keepRuns = false }, func(c *Column[int64]) int { return c.ran }},
+			// as spill does when the file cannot be written
+			{"stuck", func(c *Column[int64]) { c.stuck = true }, (*Column[int64]).Filed},
+		} {
+			c := New[int64](7, t.TempDir())
+			c.KeepRuns()
+			t.Cleanup(c.Release)
+			for i, v := range vals {
+				if i == stop {
+					fail.stop(c)
+				}
+				c.Append(v)
 			}
-			c.Append(v)
+			require.Equal(t, stop/7*7, fail.wrote(c), "%s at %d", fail.what, stop)
+			checkSorted(t, c, vals, fmt.Sprint(fail.what, " at ", stop))
 		}
-		require.Equal(t, stop/7*7, c.ran)
-		checkSorted(t, c, vals, fmt.Sprint("runs stopped at ", stop))
-
-		c = New[int64](7, t.TempDir())
-		c.KeepRuns()
-		t.Cleanup(c.Release)
-		for i, v := range vals {
-			if i == stop {
-				c.stuck = true // as spill does when the file cannot be written
-			}
-			c.Append(v)
-		}
-		require.Equal(t, stop/7*7, c.Filed())
-		checkSorted(t, c, vals, fmt.Sprint("stuck at ", stop))
 	}
 }
 
