@@ -13,11 +13,19 @@
 # how many pairs were faster. The machine's speed drifts between hours by more than most
 # changes gain, so the ratios of many short pairs (say QUERIES=300000 REPEAT=20) tell a change
 # of a few percent where medians of long runs cannot. Results go to a temporary folder, removed.
+#
+# TOML=FILE runs another experiment file: a build older than the example's current keys needs
+# the file of its own commit (git show b0fd06a:experiments/examples/online-moa.toml >FILE).
+# WRITE=0 runs without -o (no results written).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 QUERIES=${QUERIES:-"100000 1000000"}
 REPEAT=${REPEAT:-1}
 RATE=${RATE:-0.5}
+TOML=${TOML:-experiments/examples/online-moa.toml}
+WRITE=${WRITE:-1}
+[ -f "$TOML" ] || { echo "bench_online.sh: TOML=$TOML: no such file" >&2; exit 1; }
+case $WRITE in 0 | 1) ;; *) echo "bench_online.sh: WRITE=$WRITE: want 0 or 1" >&2; exit 1 ;; esac
 bins=("$@")
 [ ${#bins[@]} -gt 0 ] || bins=(bin/mosaic)
 if [ ! -x /usr/bin/time ]; then
@@ -26,15 +34,17 @@ if [ ! -x /usr/bin/time ]; then
 fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg); $TOML, results written: $WRITE"
 printf '%-28s %10s %4s %9s %9s %13s\n' binary queries run wall_s cpu_s peak_rss_MiB
 rows=()
 for q in $QUERIES; do
 	for r in $(seq "$REPEAT"); do
 		for b in "${bins[@]}"; do
 			rm -rf "$out/run"
-			/usr/bin/time -f '%e %U %S %M' -o "$out/time" "$b" sim experiments/examples/online-moa.toml \
-				--set workload.queries="$q" --set workload.arrival_rate="$RATE" --policy online -o "$out/run" \
+			dest=()
+			[ "$WRITE" = 0 ] || dest=(-o "$out/run")
+			/usr/bin/time -f '%e %U %S %M' -o "$out/time" "$b" sim "$TOML" \
+				--set workload.queries="$q" --set workload.arrival_rate="$RATE" --policy online "${dest[@]}" \
 				>/dev/null 2>"$out/log" || { cat "$out/log" >&2; exit 1; }
 			read -r wall user sys rss <"$out/time"
 			cpu=$(awk -v u="$user" -v s="$sys" 'BEGIN { printf "%.2f", u + s }')
