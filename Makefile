@@ -78,7 +78,8 @@ bench: deps
 
 # The whole-process figure of a large online run (docs/performance.md): wall time and peak
 # resident memory of `mosaic sim` on the online MoA example, QUERIES queries each (default
-# 100,000 and 1,000,000; QUERIES="100000 1000000 10000000" REPEAT=3 for the documented set).
+# 100,000 and 1,000,000; QUERIES="100000 1000000 10000000" REPEAT=3 for the documented set;
+# RATE, TOML and WRITE=0 as tools/bench_online.sh describes).
 bench-online: build
 	tools/bench_online.sh $(BIN)
 
