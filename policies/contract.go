@@ -23,10 +23,10 @@
 //     is loading and has in flight, the ready calls, the calls expected and remaining per
 //     layer and model), valid only during the call that received it.
 //   - The Driver: NewDriver(backend, policy, rule, workload, models, workers) checks the
-//     workload against the models (each name listed once); Run releases calls, consults the rule, checks and carries
-//     out the policy's actions, keeps the invariants listed on Driver, and fails a run that
-//     stalls or thrashes. It is the View the policy sees. SetOverlap and SetEarlyExit turn on
-//     Faster-MoA's prefill-decode overlap and early exit.
+//     workload against the models (each name listed once); Run releases calls, consults the
+//     rule, checks and carries out the policy's actions, keeps the invariants listed on
+//     Driver, and fails a run that stalls or thrashes. It is the View the policy sees.
+//     SetOverlap and SetEarlyExit turn on Faster-MoA's prefill-decode overlap and early exit.
 //   - The rules: Rule decides a gated call from its inputs' answers; ConfidenceSkip is
 //     MOSAIC's confidence-aware aggregation (NeverSkip always aggregates), DynamicThreshold a
 //     load-aware variant (LoadRule), and EarlyExit cancels inputs once enough of them agree.

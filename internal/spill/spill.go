@@ -368,7 +368,10 @@ func sortedInMemory[T Int](c *Column[T], from, n int, visit func([]T)) error {
 
 // merge hands visit the values the readers read, each in increasing order, in increasing
 // order: a binary heap of the readers by their next values (each reader's next value kept
-// beside it, the heap holding their indices).
+// beside it, the heap holding their indices). The heap is its own, not internal/heapx's: a
+// merge replaces the top once a value and sifts it down, where heapx pops and pushes through
+// a comparison function; a first form with swapped cursors took about 49 ns a value, this one
+// merges 8 runs of a million in 16-17.5 ms (BenchmarkSorted).
 func merge[T Int](rs []*Reader[T], visit func([]T)) error {
 	if len(rs) == 1 {
 		r := rs[0]
